@@ -1,0 +1,153 @@
+//! Flags and `TURNSTILE_*` environment variables, parsed once at the edge into a
+//! validated [`Config`] that is passed by value into [`crate::server::run`]. Nothing
+//! else in the crate reads the environment.
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use clap::{Args, ValueEnum};
+
+/// The most open `Hold`/`Subscribe` streams by default (`--max-streams`).
+pub const DEFAULT_MAX_STREAMS: usize = 10_000;
+/// The most waiting `Acquire`/`Hold` calls by default (`--max-waiters`).
+pub const DEFAULT_MAX_WAITERS: usize = 100_000;
+
+/// How the server logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// `turnstile serve` settings. Every flag has an environment variable of the same name.
+#[derive(Clone, Debug, Args)]
+pub struct Config {
+    /// Address the gRPC server listens on.
+    #[arg(long, env = "TURNSTILE_LISTEN", default_value = "127.0.0.1:50051")]
+    pub listen: SocketAddr,
+
+    /// Redis to use (redis://host:port/db or unix:///path). Unset: start an embedded
+    /// redis-server child with its data in --data-dir, append-only file on.
+    #[arg(long, env = "TURNSTILE_REDIS_URL")]
+    pub redis_url: Option<String>,
+
+    /// Where the embedded redis-server keeps its data.
+    #[arg(long, env = "TURNSTILE_DATA_DIR", default_value = "./turnstile-data")]
+    pub data_dir: PathBuf,
+
+    /// First component of every Redis key (no `{`, `}` or control characters).
+    #[arg(long, env = "TURNSTILE_KEY_PREFIX", default_value = "turnstile", value_parser = parse_key_prefix)]
+    pub key_prefix: String,
+
+    /// Address of the Prometheus endpoint (`GET /metrics`).
+    #[arg(
+        long,
+        env = "TURNSTILE_METRICS_LISTEN",
+        default_value = "127.0.0.1:9464"
+    )]
+    pub metrics_listen: SocketAddr,
+
+    /// An idle stream carries a Heartbeat at least this often.
+    #[arg(long, env = "TURNSTILE_STREAM_HEARTBEAT", default_value = "15s", value_parser = parse_duration)]
+    pub stream_heartbeat: Duration,
+
+    /// How long a closed Subscribe stream's tasks stay leased to its worker_id.
+    #[arg(long, env = "TURNSTILE_REATTACH_GRACE", default_value = "10s", value_parser = parse_duration)]
+    pub reattach_grace: Duration,
+
+    /// A Redis command slower than this fails the RPC with UNAVAILABLE.
+    #[arg(long, env = "TURNSTILE_REDIS_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
+    pub redis_timeout: Duration,
+
+    /// The most open Hold and Subscribe streams; more get RESOURCE_EXHAUSTED.
+    #[arg(long, env = "TURNSTILE_MAX_STREAMS", default_value_t = DEFAULT_MAX_STREAMS)]
+    pub max_streams: usize,
+
+    /// The most Acquire/Hold calls waiting on a held lock; more get RESOURCE_EXHAUSTED.
+    #[arg(long, env = "TURNSTILE_MAX_WAITERS", default_value_t = DEFAULT_MAX_WAITERS)]
+    pub max_waiters: usize,
+
+    /// Log format.
+    #[arg(long, env = "TURNSTILE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+impl Config {
+    /// The defaults of every flag, with the given Redis (what tests start from).
+    pub fn for_redis(redis_url: impl Into<String>) -> Self {
+        use clap::{FromArgMatches, Parser};
+        #[derive(Parser)]
+        struct Only {
+            #[command(flatten)]
+            config: Config,
+        }
+        let matches = <Only as clap::CommandFactory>::command()
+            .no_binary_name(true)
+            .try_get_matches_from(["--redis-url", &redis_url.into()])
+            .expect("the defaults parse");
+        Only::from_arg_matches(&matches)
+            .expect("the defaults parse")
+            .config
+    }
+}
+
+/// Parses `500ms`, `1s`, `2m`, `1h`, `250us` (a number and a unit; `0` alone is zero).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    if text == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let split = text
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .ok_or_else(|| format!("`{text}` needs a unit: ms, s, m or h (like 500ms, 2s)"))?;
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` does not start with a number"))?;
+    let seconds = match unit {
+        "us" | "µs" => number / 1e6,
+        "ms" => number / 1e3,
+        "s" => number,
+        "m" => number * 60.0,
+        "h" => number * 3600.0,
+        _ => return Err(format!("`{unit}` is not a unit: use us, ms, s, m or h")),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|err| format!("`{text}`: {err}"))
+}
+
+fn parse_key_prefix(text: &str) -> Result<String, String> {
+    if text.is_empty() || text.chars().any(|c| c == '{' || c == '}' || c.is_control()) {
+        return Err("must be non-empty, without `{`, `}` or control characters".into());
+    }
+    Ok(text.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_their_units() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert!(parse_duration("15").is_err());
+        assert!(parse_duration("1d").is_err());
+    }
+
+    #[test]
+    fn defaults_match_the_documented_table() {
+        let config = Config::for_redis("redis://127.0.0.1:1");
+        assert_eq!(config.listen.to_string(), "127.0.0.1:50051");
+        assert_eq!(config.key_prefix, "turnstile");
+        assert_eq!(config.stream_heartbeat, Duration::from_secs(15));
+        assert_eq!(config.reattach_grace, Duration::from_secs(10));
+        assert_eq!(config.redis_timeout, Duration::from_secs(2));
+        assert_eq!(config.max_streams, 10_000);
+        assert_eq!(config.max_waiters, 100_000);
+    }
+}

@@ -1,0 +1,115 @@
+//! The one error type of the server and its one conversion into a gRPC `Status`.
+//!
+//! Expected outcomes (a lock not acquired, a stale token) are values in the stores'
+//! outcome enums, never an `Error`: an `Error` is something the caller must act on.
+
+use std::fmt;
+
+use tonic::{Code, Status};
+
+/// Something an RPC could not do, named by what the caller can do about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Error {
+    /// The request is wrong; `field` is spelled as in the `.proto`.
+    InvalidArgument {
+        /// The request field at fault, e.g. `ttl`.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Redis is unreachable or too slow; safe to retry (maybe on another replica).
+    Unavailable(String),
+    /// The server is shutting down; reconnect elsewhere.
+    ShuttingDown,
+    /// The caller's deadline passed while the call was waiting.
+    DeadlineExceeded,
+    /// A configured limit (`--max-streams`, `--max-waiters`) is reached.
+    ResourceExhausted(String),
+    /// A bug or an unexpected reply: not the caller's fault.
+    Internal(String),
+}
+
+/// Results of the server's own operations.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// `INVALID_ARGUMENT` naming `field`.
+    pub fn invalid(field: &'static str, reason: impl Into<String>) -> Self {
+        Error::InvalidArgument {
+            field,
+            reason: reason.into(),
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::InvalidArgument { field, reason } => write!(f, "{field}: {reason}"),
+            Error::Unavailable(why) => write!(f, "redis unavailable: {why}"),
+            Error::ShuttingDown => f.write_str("server is shutting down"),
+            Error::DeadlineExceeded => f.write_str("deadline exceeded while waiting"),
+            Error::ResourceExhausted(what) => f.write_str(what),
+            Error::Internal(why) => write!(f, "internal error: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<Error> for Status {
+    fn from(err: Error) -> Self {
+        let code = match &err {
+            Error::InvalidArgument { .. } => Code::InvalidArgument,
+            Error::Unavailable(_) | Error::ShuttingDown => Code::Unavailable,
+            Error::DeadlineExceeded => Code::DeadlineExceeded,
+            Error::ResourceExhausted(_) => Code::ResourceExhausted,
+            Error::Internal(_) => Code::Internal,
+        };
+        Status::new(code, err.to_string())
+    }
+}
+
+impl From<redis::RedisError> for Error {
+    /// Which Redis failures a client may retry. Everything about reaching Redis (a
+    /// dropped or refused connection, a response timeout, a server still loading its
+    /// AOF after a restart, a cluster mid-failover) is UNAVAILABLE: the request may
+    /// succeed on a retry and the mesh retries it. A script error or an unexpected reply
+    /// type means our code is wrong: INTERNAL, which nobody should retry blindly.
+    fn from(err: redis::RedisError) -> Self {
+        use redis::ErrorKind;
+        let transient = err.is_io_error()
+            || err.is_connection_dropped()
+            || err.is_connection_refusal()
+            || err.is_timeout()
+            || err.is_unrecoverable_error()
+            // A script running past `lua-time-limit` blocks every command: Redis is busy.
+            || err.code() == Some("BUSY")
+            || matches!(
+                err.kind(),
+                ErrorKind::Server(
+                    redis::ServerErrorKind::BusyLoading
+                        | redis::ServerErrorKind::TryAgain
+                        | redis::ServerErrorKind::ClusterDown
+                        | redis::ServerErrorKind::MasterDown
+                        | redis::ServerErrorKind::ReadOnly
+                )
+            );
+        if transient {
+            Error::Unavailable(err.to_string())
+        } else {
+            Error::Internal(err.to_string())
+        }
+    }
+}
+
+impl From<bb8::RunError<redis::RedisError>> for Error {
+    /// A pool that cannot hand out a connection in time (`RunError::TimedOut`) is a
+    /// Redis that is down or overloaded: UNAVAILABLE, like the error it hides.
+    fn from(err: bb8::RunError<redis::RedisError>) -> Self {
+        match err {
+            bb8::RunError::User(err) => err.into(),
+            bb8::RunError::TimedOut => Error::Unavailable("no redis connection in time".into()),
+        }
+    }
+}

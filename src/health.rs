@@ -1,0 +1,67 @@
+//! Readiness follows Redis: a probe PINGs it (every second while it answers, every
+//! 250 ms while it does not) and flips `""`, `turnstile.v1.LockService` and
+//! `turnstile.v1.QueueService` between SERVING and NOT_SERVING. `liveness` stays
+//! SERVING while the process runs, so a Redis outage does not get replicas restarted.
+
+use std::time::Duration;
+
+use tonic_health::{server::HealthReporter, ServingStatus};
+
+use crate::{redis::events::Events, redis::Redis, shutdown::Shutdown};
+
+/// The services whose health follows Redis.
+pub const READINESS_SERVICES: [&str; 3] =
+    ["", "turnstile.v1.LockService", "turnstile.v1.QueueService"];
+/// The service that is SERVING while the process runs.
+pub const LIVENESS_SERVICE: &str = "liveness";
+
+const PROBE_WHILE_UP: Duration = Duration::from_secs(1);
+const PROBE_WHILE_DOWN: Duration = Duration::from_millis(250);
+
+/// Sets every readiness service to `status`.
+pub async fn set_readiness(reporter: &HealthReporter, status: ServingStatus) {
+    for service in READINESS_SERVICES {
+        reporter.set_service_status(service, status).await;
+    }
+}
+
+/// Spawns the probe; it stops at shutdown (which sets NOT_SERVING itself).
+pub fn spawn_probe(redis: Redis, reporter: HealthReporter, events: Events, shutdown: &Shutdown) {
+    let task_shutdown = shutdown.clone();
+    shutdown.spawn(async move {
+        let mut up = None;
+        loop {
+            let now_up = redis.ping().await.is_ok();
+            if task_shutdown.is_triggered() {
+                return;
+            }
+            if up != Some(now_up) {
+                if now_up {
+                    tracing::info!("redis answers: serving");
+                    if up.is_some() {
+                        // The pub/sub socket may be half-open after an outage.
+                        events.resubscribe();
+                    }
+                } else {
+                    tracing::warn!("redis does not answer: not serving");
+                }
+                let status = if now_up {
+                    ServingStatus::Serving
+                } else {
+                    ServingStatus::NotServing
+                };
+                set_readiness(&reporter, status).await;
+                up = Some(now_up);
+            }
+            let pause = if now_up {
+                PROBE_WHILE_UP
+            } else {
+                PROBE_WHILE_DOWN
+            };
+            tokio::select! {
+                () = tokio::time::sleep(pause) => {}
+                () = task_shutdown.cancelled() => return,
+            }
+        }
+    });
+}

@@ -1,0 +1,452 @@
+//! `LockStore`: distributed locks in Redis. Each state change is one Lua script on the
+//! lock's own hash slot; waiting is push-based (pub/sub on release, one timer at the
+//! lease's expiry for the head waiter) and never polls on a fixed interval.
+//!
+//! No proto type reaches this module: `api.rs` converts.
+
+pub mod api;
+pub mod hold;
+pub mod waiters;
+
+use std::{sync::Arc, time::Duration};
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    error::{Error, Result},
+    limits::Limits,
+    redis::{events::EventSink, Redis, Script},
+    shutdown::Shutdown,
+    time::until_ms,
+};
+use waiters::Waiters;
+
+/// Default lease (`ttl` unset).
+pub const DEFAULT_TTL: Duration = Duration::from_secs(15);
+/// Shortest lease.
+pub const MIN_TTL: Duration = Duration::from_millis(1);
+/// Longest lease.
+pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+/// Longest `wait`.
+pub const MAX_WAIT: Duration = Duration::from_secs(3600);
+
+/// The lock scripts, loaded at boot.
+#[derive(Debug)]
+pub struct LockScripts {
+    acquire: Script,
+    release: Script,
+    release_owner: Script,
+    extend: Script,
+    describe: Script,
+    index_owner: Script,
+}
+
+impl LockScripts {
+    fn new() -> Self {
+        Self {
+            acquire: Script::new("acquire.lua", include_str!("acquire.lua")),
+            release: Script::new("release.lua", include_str!("release.lua")),
+            release_owner: Script::new("release_owner.lua", include_str!("release_owner.lua")),
+            extend: Script::new("extend.lua", include_str!("extend.lua")),
+            describe: Script::new("describe.lua", include_str!("describe.lua")),
+            index_owner: Script::new("index_owner.lua", include_str!("index_owner.lua")),
+        }
+    }
+
+    /// Every script, for `SCRIPT LOAD` at boot.
+    pub fn all(&self) -> [&Script; 6] {
+        [
+            &self.acquire,
+            &self.release,
+            &self.release_owner,
+            &self.extend,
+            &self.describe,
+            &self.index_owner,
+        ]
+    }
+}
+
+/// What a caller asks for when taking a lock.
+#[derive(Clone, Debug)]
+pub struct AcquireSpec {
+    /// The lock name (validated).
+    pub name: String,
+    /// Who takes it (validated).
+    pub owner: String,
+    /// The lease length.
+    pub ttl: Duration,
+    /// How long to wait for a held lock (zero: try once).
+    pub wait: Duration,
+    /// Retry key: the same owner + request_id gets the same lease back ('' for none).
+    pub request_id: String,
+}
+
+/// One lease of a lock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// The owner token: proves the holder in Release/Extend.
+    pub token: String,
+    /// Strictly increasing per name.
+    pub fencing_token: u64,
+    /// End of the lease, Unix ms (Redis clock).
+    pub expires_at_ms: i64,
+}
+
+/// Who holds a lock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holder {
+    /// The owner that took it.
+    pub owner: String,
+    /// The fencing token of its lease.
+    pub fencing_token: u64,
+    /// End of its lease, Unix ms (Redis clock).
+    pub expires_at_ms: i64,
+}
+
+/// How an acquire attempt ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AcquireOutcome {
+    /// The caller holds the lock.
+    Acquired(Lease),
+    /// Someone else holds it (and the caller did not wait, or its `wait` ran out).
+    Held(Holder),
+}
+
+/// What `Describe` saw.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Description {
+    /// The holder, if the lock is held.
+    pub holder: Option<Holder>,
+    /// Whether the given token is the holder's.
+    pub held_by_token: bool,
+}
+
+/// When a waiting acquire stops.
+#[derive(Clone, Debug)]
+pub struct Stop {
+    /// The caller's deadline, minus a margin (`DEADLINE_EXCEEDED` after it).
+    pub deadline: Option<Instant>,
+    /// Cancelled when the caller left or the server shuts down.
+    pub cancel: CancellationToken,
+}
+
+/// Locks in Redis. Cheap to clone.
+#[derive(Clone)]
+pub struct LockStore {
+    redis: Redis,
+    scripts: Arc<LockScripts>,
+    /// This replica's waiting calls, woken by pub/sub.
+    waiters: Arc<Waiters>,
+    limits: Limits,
+    shutdown: Shutdown,
+}
+
+impl LockStore {
+    /// A store on `redis`; call [`LockStore::event_sink`] to route wake-ups to it.
+    pub fn new(redis: Redis, limits: Limits, shutdown: Shutdown) -> Self {
+        Self {
+            redis,
+            scripts: Arc::new(LockScripts::new()),
+            waiters: Arc::default(),
+            limits,
+            shutdown,
+        }
+    }
+
+    /// The scripts, for loading at boot.
+    pub fn scripts(&self) -> &LockScripts {
+        &self.scripts
+    }
+
+    /// The pub/sub channels this store listens on.
+    pub fn channels(&self) -> Vec<String> {
+        vec![self.redis.keys.lock_released_channel()]
+    }
+
+    /// Where pub/sub messages for these channels go.
+    pub fn event_sink(&self) -> Arc<dyn EventSink> {
+        Arc::new(WakeSink {
+            waiters: self.waiters.clone(),
+        })
+    }
+
+    /// The server's shutdown handle (streams watch it).
+    pub fn shutdown(&self) -> &Shutdown {
+        &self.shutdown
+    }
+
+    /// The configured limits (streams hold a permit).
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// One attempt to take the lock with `token`.
+    async fn try_acquire(
+        &self,
+        spec: &AcquireSpec,
+        token: &str,
+        will_wait: bool,
+    ) -> Result<AcquireOutcome> {
+        let keys = self.redis.keys.lock(&spec.name);
+        let mut call = self.scripts.acquire.key(&keys.lock);
+        call.key(&keys.fence)
+            .arg(token)
+            .arg(&spec.owner)
+            .arg(ttl_ms(spec.ttl))
+            .arg(&spec.request_id)
+            .arg(if will_wait { "1" } else { "0" });
+        let (status, text, fencing_token, expires_at_ms): (i64, String, u64, i64) =
+            self.redis.invoke(&call).await?;
+        if status != 1 {
+            return Ok(AcquireOutcome::Held(Holder {
+                owner: text,
+                fencing_token,
+                expires_at_ms,
+            }));
+        }
+        let lease = Lease {
+            token: text,
+            fencing_token,
+            expires_at_ms,
+        };
+        if lease.token == token {
+            self.index_owner(&spec.owner, &spec.name, expires_at_ms)
+                .await?;
+        }
+        Ok(AcquireOutcome::Acquired(lease))
+    }
+
+    /// Takes the lock, waiting up to `spec.wait` for a held one. Not interrupted while a
+    /// script is in flight: a lock won after `stop` fired is released again before this
+    /// returns, so a caller that gave up never holds it.
+    pub async fn acquire(&self, spec: &AcquireSpec, stop: &Stop) -> Result<AcquireOutcome> {
+        let token = new_token();
+        let wait_until = Instant::now() + spec.wait;
+        let will_wait = !spec.wait.is_zero();
+        let mut place = None;
+        let mut permit = None;
+        // The lease the head's timer was last set for, and how long to back off when
+        // the local clock runs ahead of Redis' and the timer fires before the expiry.
+        let mut timed_for: Option<Holder> = None;
+        let mut early_backoff = Duration::from_millis(1);
+        loop {
+            let outcome = self.try_acquire(spec, &token, will_wait).await?;
+            let holder = match outcome {
+                AcquireOutcome::Acquired(lease) => {
+                    if stop.cancel.is_cancelled()
+                        || stop.deadline.is_some_and(|d| Instant::now() >= d)
+                    {
+                        self.give_back(&spec.name, &lease.token).await;
+                        return Err(self.stop_error(stop));
+                    }
+                    return Ok(AcquireOutcome::Acquired(lease));
+                }
+                AcquireOutcome::Held(holder) => holder,
+            };
+            let now = Instant::now();
+            if !will_wait || now >= wait_until {
+                return Ok(AcquireOutcome::Held(holder));
+            }
+            if permit.is_none() {
+                permit = Some(self.limits.start_waiting()?);
+            }
+            let place = place
+                .get_or_insert_with(|| self.waiters.join(&self.redis.keys.lock(&spec.name).lock));
+            // Only the head keeps a timer at the lease's end; the others sleep until woken.
+            let expiry = if place.is_head() {
+                let mut sleep = until_ms(holder.expires_at_ms);
+                if timed_for.as_ref() == Some(&holder) {
+                    sleep = sleep.max(early_backoff);
+                    early_backoff = (early_backoff * 2).min(Duration::from_millis(100));
+                } else {
+                    early_backoff = Duration::from_millis(1);
+                }
+                timed_for = Some(holder.clone());
+                Some(now + sleep)
+            } else {
+                timed_for = None;
+                None
+            };
+            let deadline = stop.deadline;
+            tokio::select! {
+                () = place.woken() => {}
+                () = sleep_until_some(expiry) => {}
+                () = tokio::time::sleep_until(wait_until) => {
+                    // One last look: the lock may have been freed as the wait ran out.
+                    continue;
+                }
+                () = sleep_until_some(deadline) => return Err(Error::DeadlineExceeded),
+                () = stop.cancel.cancelled() => return Err(self.stop_error(stop)),
+            }
+        }
+    }
+
+    fn stop_error(&self, stop: &Stop) -> Error {
+        if self.shutdown.is_triggered() {
+            Error::ShuttingDown
+        } else if stop.deadline.is_some_and(|d| Instant::now() >= d) {
+            Error::DeadlineExceeded
+        } else {
+            // The caller left; nobody reads this.
+            Error::Internal("caller went away".into())
+        }
+    }
+
+    /// Releases a lease nobody will use; failures are logged (it expires anyway).
+    pub async fn give_back(&self, name: &str, token: &str) {
+        if let Err(err) = self.release(name, token).await {
+            tracing::warn!(lock = name, cause = %err, "could not give back an unused lock; it expires with its ttl");
+        }
+    }
+
+    async fn index_owner(&self, owner: &str, name: &str, expires_at_ms: i64) -> Result<()> {
+        let mut call = self
+            .scripts
+            .index_owner
+            .key(self.redis.keys.owner_locks(owner));
+        call.arg(name).arg(expires_at_ms);
+        let _: i64 = self.redis.invoke(&call).await?;
+        Ok(())
+    }
+
+    /// Frees the lock if `token` holds it.
+    pub async fn release(&self, name: &str, token: &str) -> Result<bool> {
+        let keys = self.redis.keys.lock(name);
+        let mut call = self.scripts.release.key(&keys.lock);
+        call.arg(token).arg(self.redis.keys.lock_released_channel());
+        let released: i64 = self.redis.invoke(&call).await?;
+        Ok(released == 1)
+    }
+
+    /// Resets the lease to `ttl` from now if `token` holds it; the new end (Unix ms).
+    pub async fn extend(&self, name: &str, token: &str, ttl: Duration) -> Result<Option<i64>> {
+        let keys = self.redis.keys.lock(name);
+        let mut call = self.scripts.extend.key(&keys.lock);
+        call.arg(token).arg(ttl_ms(ttl));
+        let reply: Vec<redis::Value> = self.redis.invoke(&call).await?;
+        if int_at(&reply, 0)? != 1 {
+            return Ok(None);
+        }
+        let expires_at_ms = int_at(&reply, 1)?;
+        let owner = string_at(&reply, 2)?;
+        self.index_owner(&owner, name, expires_at_ms).await?;
+        Ok(Some(expires_at_ms))
+    }
+
+    /// Who holds the lock, and whether `token` ('' for none) is the holder's.
+    pub async fn describe(&self, name: &str, token: &str) -> Result<Description> {
+        let keys = self.redis.keys.lock(name);
+        let mut call = self.scripts.describe.key(&keys.lock);
+        call.arg(token);
+        let reply: Vec<redis::Value> = self.redis.invoke(&call).await?;
+        if int_at(&reply, 0)? != 1 {
+            return Ok(Description {
+                holder: None,
+                held_by_token: false,
+            });
+        }
+        let holder = Holder {
+            owner: string_at(&reply, 1)?,
+            fencing_token: int_at(&reply, 2)? as u64,
+            expires_at_ms: int_at(&reply, 3)?,
+        };
+        Ok(Description {
+            holder: Some(holder),
+            held_by_token: int_at(&reply, 4)? == 1,
+        })
+    }
+
+    /// Frees every lock `owner` holds; the names freed.
+    pub async fn release_all(&self, owner: &str) -> Result<Vec<String>> {
+        let index = self.redis.keys.owner_locks(owner);
+        let names: Vec<String> = self
+            .redis
+            .query(redis::cmd("ZRANGE").arg(&index).arg(0).arg(-1))
+            .await?;
+        let channel = self.redis.keys.lock_released_channel();
+        let mut released = Vec::new();
+        // Each name is its own slot, so each release is its own script.
+        for name in names {
+            let keys = self.redis.keys.lock(&name);
+            let mut call = self.scripts.release_owner.key(&keys.lock);
+            call.arg(owner).arg(&channel);
+            let freed: i64 = self.redis.invoke(&call).await?;
+            if freed == 1 {
+                released.push(name);
+            }
+        }
+        Ok(released)
+    }
+}
+
+/// Routes lock-released messages to the waiting calls of this replica.
+struct WakeSink {
+    waiters: Arc<Waiters>,
+}
+
+impl EventSink for WakeSink {
+    fn on_message(&self, _channel: &str, payload: &[u8]) {
+        if let Ok(key) = std::str::from_utf8(payload) {
+            self.waiters.wake_head(key);
+        }
+    }
+
+    fn on_subscribed(&self) {
+        self.waiters.wake_all_heads();
+    }
+}
+
+/// A fresh owner token: 128 random bits from the OS, as 32 hex digits.
+pub fn new_token() -> String {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).expect("the OS random source works");
+    let mut out = String::with_capacity(32);
+    for byte in bytes {
+        out.push_str(&format!("{byte:02x}"));
+    }
+    out
+}
+
+fn ttl_ms(ttl: Duration) -> u64 {
+    (ttl.as_millis() as u64).max(1)
+}
+
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn int_at(reply: &[redis::Value], at: usize) -> Result<i64> {
+    match reply.get(at) {
+        Some(redis::Value::Int(n)) => Ok(*n),
+        Some(redis::Value::BulkString(bytes)) => std::str::from_utf8(bytes)
+            .ok()
+            .and_then(|text| text.parse().ok())
+            .ok_or_else(|| Error::Internal(format!("reply item {at} is not a number"))),
+        other => Err(Error::Internal(format!(
+            "reply item {at}: expected a number, got {other:?}"
+        ))),
+    }
+}
+
+fn string_at(reply: &[redis::Value], at: usize) -> Result<String> {
+    match reply.get(at) {
+        Some(redis::Value::BulkString(bytes)) => Ok(String::from_utf8_lossy(bytes).into_owned()),
+        other => Err(Error::Internal(format!(
+            "reply item {at}: expected a string, got {other:?}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn tokens_are_128_random_bits() {
+        let a = super::new_token();
+        assert_eq!(a.len(), 32);
+        assert_ne!(a, super::new_token());
+    }
+}

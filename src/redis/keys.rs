@@ -1,0 +1,140 @@
+//! The only place Redis keys are built.
+//!
+//! Layout: `<prefix>:<kind>:{<encoded name>}[:<part>]`. The name is encoded so that it
+//! holds no `{` or `}` (`%` → `%25`, `{` → `%7B`, `}` → `%7D`), which makes the braces
+//! we add the key's Redis Cluster hash tag: every key of one lock or one queue lands in
+//! one slot, whatever the name (`LockRoom:{42}` included), so every script is
+//! single-slot. The prefix may hold no braces either (checked in `config`). A tenant
+//! namespace, later, becomes one more component here and nowhere else.
+
+/// Builds every key and channel name under one `--key-prefix`.
+#[derive(Clone, Debug)]
+pub struct Keys {
+    prefix: String,
+}
+
+/// The keys of one lock name, all in one hash slot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockKeys {
+    /// Hash `{token, owner, fencing, expires_at, request_id}`, PEXPIRE = the lease.
+    pub lock: String,
+    /// The last fencing token handed out for this name; outlives the lease.
+    pub fence: String,
+}
+
+impl Keys {
+    /// Keys under `prefix` (already validated: non-empty, no braces).
+    pub fn new(prefix: impl Into<String>) -> Self {
+        Self {
+            prefix: prefix.into(),
+        }
+    }
+
+    /// The keys of the lock `name`.
+    pub fn lock(&self, name: &str) -> LockKeys {
+        let lock = format!("{}:lock:{{{}}}", self.prefix, encode(name));
+        LockKeys {
+            fence: format!("{lock}:fence"),
+            lock,
+        }
+    }
+
+    /// Sorted set of the lock names `owner` may hold (score: lease end, Unix ms), for
+    /// `ReleaseAll`. It lives in the owner's slot, not the locks'.
+    pub fn owner_locks(&self, owner: &str) -> String {
+        format!("{}:owner:{{{}}}", self.prefix, encode(owner))
+    }
+
+    /// The pub/sub channel a released lock is announced on (message: its lock key).
+    pub fn lock_released_channel(&self) -> String {
+        format!("{}:events:lock-released", self.prefix)
+    }
+
+    /// The lock name back from a lock key (the inverse of [`Keys::lock`]).
+    pub fn lock_name(&self, lock_key: &str) -> Option<String> {
+        let rest = lock_key
+            .strip_prefix(&self.prefix)?
+            .strip_prefix(":lock:{")?;
+        decode(rest.strip_suffix('}')?)
+    }
+}
+
+/// Percent-encodes the three characters that could move or break a hash tag.
+fn encode(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '{' => out.push_str("%7B"),
+            '}' => out.push_str("%7D"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn decode(encoded: &str) -> Option<String> {
+    let mut out = String::with_capacity(encoded.len());
+    let mut rest = encoded;
+    while let Some(at) = rest.find('%') {
+        out.push_str(&rest[..at]);
+        let code = rest.get(at + 1..at + 3)?;
+        out.push(match code {
+            "25" => '%',
+            "7B" => '{',
+            "7D" => '}',
+            _ => return None,
+        });
+        rest = &rest[at + 3..];
+    }
+    out.push_str(rest);
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The hash tag Redis Cluster would use for `key`: the text between the first `{`
+    /// and the next `}`, when non-empty.
+    fn hash_tag(key: &str) -> &str {
+        if let Some(open) = key.find('{') {
+            if let Some(len) = key[open + 1..].find('}') {
+                if len > 0 {
+                    return &key[open + 1..open + 1 + len];
+                }
+            }
+        }
+        key
+    }
+
+    #[test]
+    fn every_key_of_a_lock_shares_one_hash_tag_even_with_braces_in_the_name() {
+        let keys = Keys::new("turnstile");
+        for name in [
+            "plain",
+            "LockRoom:{42}",
+            "}{",
+            "{}",
+            "%7B",
+            "a{b}c{d}",
+            "é:{ü}",
+        ] {
+            let lock = keys.lock(name);
+            assert_eq!(hash_tag(&lock.lock), hash_tag(&lock.fence), "{name}");
+            assert!(!hash_tag(&lock.lock).contains(['{', '}']), "{name}");
+            assert_eq!(keys.lock_name(&lock.lock).as_deref(), Some(name));
+        }
+    }
+
+    #[test]
+    fn different_names_never_share_a_key() {
+        let keys = Keys::new("turnstile");
+        assert_ne!(keys.lock("%7B").lock, keys.lock("{").lock);
+        assert_ne!(keys.lock("a}").lock, keys.lock("a%7D").lock);
+        assert_eq!(
+            keys.lock("LockRoom:{42}").lock,
+            "turnstile:lock:{LockRoom:%7B42%7D}"
+        );
+    }
+}

@@ -1,0 +1,147 @@
+//! `run(config, listener, shutdown_signal)`: starts (or connects to) Redis, wires the
+//! services, health, reflection and metrics, serves until the signal, then drains:
+//! NOT_SERVING → cancel → streams release and end → connections close → tracked tasks
+//! finish (bounded) → the embedded Redis stops. `main` and the tests both call it.
+
+use std::future::Future;
+
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::Server;
+use tonic_health::ServingStatus;
+
+use crate::{
+    config::Config,
+    health,
+    limits::Limits,
+    lock::{api::LockApi, LockStore},
+    metrics,
+    pb::{self, lock_service_server::LockServiceServer, queue_service_server::QueueServiceServer},
+    queue::api::QueueApi,
+    redis::{
+        embedded::{Bind, EmbeddedOptions, EmbeddedRedis},
+        events::Events,
+        Keys, Redis,
+    },
+    shutdown::{Shutdown, DRAIN_GRACE},
+};
+
+/// Serves on `listener` until `shutdown_signal` completes, then shuts down gracefully.
+/// Errors are start-up failures (no redis-server, a port in use), as one line.
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown_signal: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), String> {
+    let shutdown = Shutdown::new();
+    let embedded = match &config.redis_url {
+        Some(_) => None,
+        None => {
+            let options = EmbeddedOptions {
+                dir: config.data_dir.clone(),
+                bind: Bind::UnixSocket,
+                append_only: true,
+            };
+            let redis = EmbeddedRedis::start(&options).await?;
+            tracing::info!(url = redis.url(), dir = %redis.dir().display(), "embedded redis started");
+            Some(redis)
+        }
+    };
+    let url = config.redis_url.clone().unwrap_or_else(|| {
+        embedded
+            .as_ref()
+            .map(|r| r.url().to_owned())
+            .unwrap_or_default()
+    });
+    let result = serve(&config, &url, listener, shutdown_signal, &shutdown).await;
+    if !shutdown.drain(DRAIN_GRACE).await {
+        tracing::warn!(grace = ?DRAIN_GRACE, "some tasks were still running at exit");
+    }
+    if let Some(redis) = embedded {
+        redis.stop().await;
+        tracing::info!("embedded redis stopped");
+    }
+    result
+}
+
+async fn serve(
+    config: &Config,
+    url: &str,
+    listener: TcpListener,
+    shutdown_signal: impl Future<Output = ()> + Send + 'static,
+    shutdown: &Shutdown,
+) -> Result<(), String> {
+    let redis = Redis::new(url, config.redis_timeout, Keys::new(&config.key_prefix))
+        .map_err(|err| err.to_string())?;
+    let limits = Limits::new(config.max_streams, config.max_waiters);
+    let locks = LockStore::new(redis.clone(), limits.clone(), shutdown.clone());
+    if let Err(err) = redis.load_scripts(&locks.scripts().all()).await {
+        tracing::warn!(cause = %err, "scripts not loaded at boot; they load on first use");
+    }
+    let events = Events::spawn(
+        url.to_owned(),
+        locks.channels(),
+        locks.event_sink(),
+        shutdown,
+    );
+
+    let (reporter, health_service) = tonic_health::server::health_reporter();
+    reporter
+        .set_service_status(health::LIVENESS_SERVICE, ServingStatus::Serving)
+        .await;
+    health::set_readiness(&reporter, ServingStatus::NotServing).await;
+    health::spawn_probe(redis.clone(), reporter.clone(), events, shutdown);
+
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .map_err(|err| format!("reflection: {err}"))?;
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()
+        .map_err(|err| format!("reflection: {err}"))?;
+
+    let metrics_listener = TcpListener::bind(config.metrics_listen)
+        .await
+        .map_err(|err| {
+            format!(
+                "cannot listen for metrics on {}: {err}",
+                config.metrics_listen
+            )
+        })?;
+    let metrics_addr = metrics_listener
+        .local_addr()
+        .map_err(|err| err.to_string())?;
+    metrics::spawn(metrics_listener, limits.clone(), shutdown);
+
+    let addr = listener.local_addr().map_err(|err| err.to_string())?;
+    tracing::info!(%addr, metrics = %metrics_addr, "ready");
+
+    let draining = {
+        let shutdown = shutdown.clone();
+        let reporter = reporter.clone();
+        async move {
+            tokio::select! {
+                () = shutdown_signal => {}
+                () = shutdown.cancelled() => {}
+            }
+            tracing::info!("shutting down");
+            health::set_readiness(&reporter, ServingStatus::NotServing).await;
+            shutdown.trigger();
+        }
+    };
+    Server::builder()
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(LockServiceServer::new(LockApi::new(
+            locks,
+            config.stream_heartbeat,
+        )))
+        .add_service(QueueServiceServer::new(QueueApi))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), draining)
+        .await
+        .map_err(|err| format!("server failed: {err}"))
+}

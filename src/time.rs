@@ -1,0 +1,33 @@
+//! Instants on the wire. Lease deadlines come from the Redis clock (`TIME` inside the
+//! scripts) as Unix milliseconds; this module turns them into protobuf timestamps.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A `google.protobuf.Timestamp` for Unix milliseconds.
+pub fn timestamp_from_ms(ms: i64) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: ms.div_euclid(1000),
+        nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
+    }
+}
+
+/// Unix milliseconds of a timestamp (rounded down).
+pub fn ms_from_timestamp(ts: &prost_types::Timestamp) -> i64 {
+    ts.seconds
+        .saturating_mul(1000)
+        .saturating_add(i64::from(ts.nanos) / 1_000_000)
+}
+
+/// The local clock as Unix milliseconds: only for estimates (how long to sleep until a
+/// Redis-clock instant), never for a decision that Redis makes.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO)
+        .as_millis() as i64
+}
+
+/// How long from now until the Unix-millisecond instant `ms` (zero if it passed).
+pub fn until_ms(ms: i64) -> Duration {
+    Duration::from_millis((ms - now_ms()).max(0) as u64)
+}

@@ -1,0 +1,164 @@
+//! Request fields into domain values. Every error names the field as the `.proto`
+//! spells it, so a client in any language can tell what to fix.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// Lock and queue names: at most this many bytes of UTF-8.
+pub const MAX_NAME_BYTES: usize = 512;
+/// Owners, worker ids, request ids and task ids: at most this many bytes.
+pub const MAX_OWNER_BYTES: usize = 256;
+/// Tokens and receipts the server made are far shorter; longer ones are garbage.
+pub const MAX_TOKEN_BYTES: usize = 256;
+
+/// A name (`name`, `queue`): 1–512 bytes, no control characters.
+pub fn name<'a>(field: &'static str, value: &'a str) -> Result<&'a str> {
+    text(field, value, MAX_NAME_BYTES)
+}
+
+/// An owner or worker id: 1–256 bytes, no control characters.
+pub fn owner<'a>(field: &'static str, value: &'a str) -> Result<&'a str> {
+    text(field, value, MAX_OWNER_BYTES)
+}
+
+/// An optional id (`request_id`): empty, or like an owner.
+pub fn optional_id<'a>(field: &'static str, value: &'a str) -> Result<&'a str> {
+    if value.is_empty() {
+        Ok(value)
+    } else {
+        text(field, value, MAX_OWNER_BYTES)
+    }
+}
+
+/// A token or receipt handed out by the server: non-empty and not absurdly long.
+pub fn token<'a>(field: &'static str, value: &'a str) -> Result<&'a str> {
+    if value.is_empty() {
+        return Err(Error::invalid(field, "must not be empty"));
+    }
+    if value.len() > MAX_TOKEN_BYTES {
+        return Err(Error::invalid(
+            field,
+            format!("must be at most {MAX_TOKEN_BYTES} bytes"),
+        ));
+    }
+    Ok(value)
+}
+
+/// An optional token (`Describe.token`): empty is allowed.
+pub fn optional_token<'a>(field: &'static str, value: &'a str) -> Result<&'a str> {
+    if value.is_empty() {
+        Ok(value)
+    } else {
+        token(field, value)
+    }
+}
+
+fn text<'a>(field: &'static str, value: &'a str, max: usize) -> Result<&'a str> {
+    if value.is_empty() || value.len() > max {
+        return Err(Error::invalid(
+            field,
+            format!("must be 1–{max} bytes of UTF-8, got {}", value.len()),
+        ));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(Error::invalid(field, "must not contain control characters"));
+    }
+    Ok(value)
+}
+
+/// Bounds of one duration field.
+#[derive(Clone, Copy, Debug)]
+pub struct DurationRule {
+    /// Used when the field is unset.
+    pub default: Duration,
+    /// The smallest allowed value; `Duration::ZERO` lets zero through.
+    pub min: Duration,
+    /// The largest allowed value (inclusive).
+    pub max: Duration,
+}
+
+/// A `google.protobuf.Duration` field: unset is the default, negative is an error,
+/// and so is anything outside `rule`.
+pub fn duration(
+    field: &'static str,
+    value: Option<&prost_types::Duration>,
+    rule: DurationRule,
+) -> Result<Duration> {
+    let Some(value) = value else {
+        return Ok(rule.default);
+    };
+    if value.seconds < 0 || value.nanos < 0 {
+        return Err(Error::invalid(field, "must not be negative"));
+    }
+    if value.nanos >= 1_000_000_000 {
+        return Err(Error::invalid(field, "nanos must be below 1e9"));
+    }
+    let value = Duration::new(value.seconds as u64, value.nanos as u32);
+    if value < rule.min || value > rule.max {
+        return Err(Error::invalid(
+            field,
+            format!(
+                "must be from {:?} to {:?}, got {value:?}",
+                rule.min, rule.max
+            ),
+        ));
+    }
+    Ok(value)
+}
+
+/// A count (`max_tasks`, `limit`): 0 is the default, above `max` an error.
+pub fn count(field: &'static str, value: u32, default: u32, max: u32) -> Result<u32> {
+    match value {
+        0 => Ok(default),
+        n if n > max => Err(Error::invalid(
+            field,
+            format!("must be at most {max}, got {n}"),
+        )),
+        n => Ok(n),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_allow_braces_and_colons_but_not_control_characters() {
+        assert!(name("name", "LockRoom:{42}").is_ok());
+        assert!(name("name", "ключ").is_ok());
+        assert!(name("name", "").is_err());
+        assert!(name("name", "a\nb").is_err());
+        assert!(name("name", "a\u{7f}b").is_err());
+        assert!(name("name", &"x".repeat(512)).is_ok());
+        assert!(name("name", &"x".repeat(513)).is_err());
+    }
+
+    #[test]
+    fn durations_take_defaults_and_refuse_negatives() {
+        let rule = DurationRule {
+            default: Duration::from_secs(15),
+            min: Duration::from_millis(1),
+            max: Duration::from_secs(86_400),
+        };
+        assert_eq!(duration("ttl", None, rule), Ok(Duration::from_secs(15)));
+        let negative = prost_types::Duration {
+            seconds: -1,
+            nanos: 0,
+        };
+        assert!(duration("ttl", Some(&negative), rule).is_err());
+        let zero = prost_types::Duration {
+            seconds: 0,
+            nanos: 0,
+        };
+        assert!(duration("ttl", Some(&zero), rule).is_err());
+        let day = prost_types::Duration {
+            seconds: 86_400,
+            nanos: 0,
+        };
+        assert_eq!(
+            duration("ttl", Some(&day), rule),
+            Ok(Duration::from_secs(86_400))
+        );
+    }
+}
