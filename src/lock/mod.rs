@@ -230,53 +230,67 @@ impl LockStore {
         // the local clock runs ahead of Redis' and the timer fires before the expiry.
         let mut timed_for: Option<Holder> = None;
         let mut early_backoff = Duration::from_millis(1);
+        // Redis trouble while already waiting is retried (bounded by the wait and the
+        // deadline) instead of failing a call that may still win.
+        let mut retry_backoff = Duration::from_millis(50);
         loop {
-            let outcome = self.try_acquire(spec, &token, will_wait).await?;
-            let holder = match outcome {
-                AcquireOutcome::Acquired(lease) => {
-                    if stop.cancel.is_cancelled()
-                        || stop.deadline.is_some_and(|d| Instant::now() >= d)
-                    {
+            let attempt = self.try_acquire(spec, &token, will_wait).await;
+            let now = Instant::now();
+            let wait_over = !will_wait || now >= wait_until;
+            let holder = match attempt {
+                Ok(AcquireOutcome::Acquired(lease)) => {
+                    if stop.cancel.is_cancelled() || stop.deadline.is_some_and(|d| now >= d) {
                         self.give_back(&spec.name, &lease.token).await;
                         return Err(self.stop_error(stop));
                     }
                     return Ok(AcquireOutcome::Acquired(lease));
                 }
-                AcquireOutcome::Held(holder) => holder,
+                Ok(AcquireOutcome::Held(holder)) if wait_over => {
+                    return Ok(AcquireOutcome::Held(holder))
+                }
+                Ok(AcquireOutcome::Held(holder)) => Some(holder),
+                Err(err) if place.is_none() || wait_over => return Err(err),
+                Err(err) => {
+                    tracing::debug!(lock = spec.name, cause = %err, "acquire attempt failed while waiting");
+                    None
+                }
             };
-            let now = Instant::now();
-            if !will_wait || now >= wait_until {
-                return Ok(AcquireOutcome::Held(holder));
-            }
             if permit.is_none() {
                 permit = Some(self.limits.start_waiting()?);
             }
             let place = place
                 .get_or_insert_with(|| self.waiters.join(&self.redis.keys.lock(&spec.name).lock));
             // Only the head keeps a timer at the lease's end; the others sleep until woken.
-            let expiry = if place.is_head() {
-                let mut sleep = until_ms(holder.expires_at_ms);
-                if timed_for.as_ref() == Some(&holder) {
-                    sleep = sleep.max(early_backoff);
-                    early_backoff = (early_backoff * 2).min(Duration::from_millis(100));
-                } else {
-                    early_backoff = Duration::from_millis(1);
+            let retry_at = match holder {
+                None => {
+                    let at = now + retry_backoff;
+                    retry_backoff = (retry_backoff * 2).min(Duration::from_secs(1));
+                    Some(at)
                 }
-                timed_for = Some(holder.clone());
-                Some(now + sleep)
-            } else {
-                timed_for = None;
-                None
+                Some(holder) if place.is_head() => {
+                    retry_backoff = Duration::from_millis(50);
+                    let mut sleep = until_ms(holder.expires_at_ms);
+                    if timed_for.as_ref() == Some(&holder) {
+                        sleep = sleep.max(early_backoff);
+                        early_backoff = (early_backoff * 2).min(Duration::from_millis(100));
+                    } else {
+                        early_backoff = Duration::from_millis(1);
+                    }
+                    timed_for = Some(holder);
+                    Some(now + sleep)
+                }
+                Some(_) => {
+                    retry_backoff = Duration::from_millis(50);
+                    timed_for = None;
+                    None
+                }
             };
-            let deadline = stop.deadline;
             tokio::select! {
                 () = place.woken() => {}
-                () = sleep_until_some(expiry) => {}
-                () = tokio::time::sleep_until(wait_until) => {
-                    // One last look: the lock may have been freed as the wait ran out.
-                    continue;
-                }
-                () = sleep_until_some(deadline) => return Err(Error::DeadlineExceeded),
+                () = sleep_until_some(retry_at) => {}
+                // One last look: the lock may have been freed as the wait ran out.
+                () = tokio::time::sleep_until(wait_until) => {}
+                () = sleep_until_some(stop.deadline) => return Err(Error::DeadlineExceeded),
                 () = stop.cancel.cancelled() => return Err(self.stop_error(stop)),
             }
         }

@@ -1,0 +1,265 @@
+//! Test harness: a real `redis-server` per test on a free loopback port (own temp dir,
+//! killed on drop), the real server in-process on `127.0.0.1:0`, and gRPC clients.
+
+#![allow(dead_code)]
+
+use std::{
+    net::SocketAddr,
+    path::PathBuf,
+    sync::{
+        atomic::{AtomicU32, Ordering},
+        Once,
+    },
+    time::Duration,
+};
+
+use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
+use tonic::transport::Channel;
+use turnstile::{
+    config::Config,
+    pb::{lock_service_client::LockServiceClient, queue_service_client::QueueServiceClient},
+    redis::embedded::{free_port, Bind, EmbeddedOptions, EmbeddedRedis},
+};
+
+pub type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+/// Logs once per test binary, through the test writer (shown for failing tests).
+pub fn init_tracing() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let filter = tracing_subscriber::EnvFilter::try_from_env("TURNSTILE_LOG")
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_test_writer()
+            .try_init();
+    });
+}
+
+/// A fresh, empty directory under the system temp dir, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(label: &str) -> Self {
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("ts-{label}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("temp dir");
+        Self(path)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A real redis-server of this test's own, on a loopback port.
+pub struct TestRedis {
+    pub redis: Option<EmbeddedRedis>,
+    pub port: u16,
+    options: EmbeddedOptions,
+    pub dir: TempDir,
+}
+
+impl TestRedis {
+    pub async fn start() -> Self {
+        Self::start_with(false).await
+    }
+
+    /// With `append_only`, restarts keep the data (for crash tests).
+    pub async fn start_with(append_only: bool) -> Self {
+        init_tracing();
+        let dir = TempDir::new("redis");
+        for _ in 0..5 {
+            let port = free_port().expect("free port");
+            let options = EmbeddedOptions {
+                dir: dir.0.clone(),
+                bind: Bind::Port(port),
+                append_only,
+            };
+            if let Ok(redis) = EmbeddedRedis::start(&options).await {
+                return Self {
+                    redis: Some(redis),
+                    port,
+                    options,
+                    dir,
+                };
+            }
+        }
+        panic!("could not start redis-server on a free port");
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(self.url()).expect("redis url")
+    }
+
+    pub async fn conn(&self) -> redis::aio::MultiplexedConnection {
+        self.client()
+            .get_multiplexed_async_connection()
+            .await
+            .expect("redis connection")
+    }
+
+    /// Kills the server at once (SIGKILL), as a crash would.
+    pub async fn kill(&mut self) {
+        if let Some(redis) = self.redis.take() {
+            redis.kill().await;
+        }
+    }
+
+    /// Starts it again on the same port and directory.
+    pub async fn restart(&mut self) {
+        self.kill().await;
+        let redis = EmbeddedRedis::start(&self.options)
+            .await
+            .expect("redis restart");
+        self.redis = Some(redis);
+    }
+
+    /// How many times `command` ran (from INFO commandstats, e.g. "evalsha").
+    pub async fn command_calls(&self, command: &str) -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut self.conn().await)
+            .await
+            .unwrap();
+        let prefix = format!("cmdstat_{command}:calls=");
+        info.lines()
+            .find_map(|line| line.strip_prefix(&prefix))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Every command Redis ran so far.
+    pub async fn total_commands(&self) -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("stats")
+            .query_async(&mut self.conn().await)
+            .await
+            .unwrap();
+        info.lines()
+            .find_map(|line| line.strip_prefix("total_commands_processed:"))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+/// The real server, in-process, on a free port; shut down on drop.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<Result<(), String>>>,
+}
+
+impl TestServer {
+    pub async fn start(redis: &TestRedis) -> Self {
+        Self::start_with(redis, |_| {}).await
+    }
+
+    /// With changed settings (heartbeat, limits, ...).
+    pub async fn start_with(redis: &TestRedis, change: impl FnOnce(&mut Config)) -> Self {
+        let mut config = Config::for_redis(redis.url());
+        config.metrics_listen = "127.0.0.1:0".parse().unwrap();
+        change(&mut config);
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(turnstile::server::run(config, listener, async move {
+            let _ = stopped.await;
+        }));
+        let server = Self {
+            addr,
+            stop: Some(stop),
+            task: Some(task),
+        };
+        server.wait_ready().await;
+        server
+    }
+
+    /// Waits until health says SERVING (Redis answered the first probe).
+    async fn wait_ready(&self) {
+        let mut health = tonic_health::pb::health_client::HealthClient::new(self.channel().await);
+        for _ in 0..500 {
+            let request = tonic_health::pb::HealthCheckRequest {
+                service: String::new(),
+            };
+            if let Ok(reply) = health.check(request).await {
+                if reply.into_inner().status
+                    == tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+                {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("server never became ready");
+    }
+
+    pub async fn channel(&self) -> Channel {
+        Channel::from_shared(format!("http://{}", self.addr))
+            .unwrap()
+            .connect()
+            .await
+            .expect("connect")
+    }
+
+    pub async fn locks(&self) -> LockServiceClient<Channel> {
+        LockServiceClient::new(self.channel().await)
+    }
+
+    pub async fn queues(&self) -> QueueServiceClient<Channel> {
+        QueueServiceClient::new(self.channel().await)
+    }
+
+    /// Triggers graceful shutdown and waits for `run` to return.
+    pub async fn shutdown(mut self) -> Result<(), String> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match self.task.take() {
+            Some(task) => tokio::time::timeout(Duration::from_secs(20), task)
+                .await
+                .map_err(|_| "shutdown took over 20 s".to_owned())?
+                .map_err(|err| err.to_string())?,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// A protobuf duration of `ms` milliseconds.
+pub fn ms(ms: i64) -> Option<prost_types::Duration> {
+    Some(prost_types::Duration {
+        seconds: ms / 1000,
+        nanos: ((ms % 1000) * 1_000_000) as i32,
+    })
+}
+
+/// Unix milliseconds of an optional timestamp.
+pub fn unix_ms(ts: &Option<prost_types::Timestamp>) -> i64 {
+    ts.as_ref()
+        .map(turnstile::time::ms_from_timestamp)
+        .unwrap_or(0)
+}
+
+/// A request with a gRPC deadline.
+pub fn with_timeout<T>(message: T, timeout: Duration) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.set_timeout(timeout);
+    request
+}

@@ -1,0 +1,1058 @@
+//! LockService over real gRPC against a real redis-server: one test per guarantee of
+//! the contract (../shared/design/API.md, "turnstile.v1.LockService").
+
+mod common;
+
+use std::{
+    sync::{
+        atomic::{AtomicI64, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
+
+use common::{ms, unix_ms, with_timeout, TestRedis, TestResult, TestServer};
+use redis::AsyncCommands;
+use tokio_stream::StreamExt;
+use tonic::Code;
+use turnstile::pb::{
+    hold_response::Event, AcquireRequest, DescribeRequest, ExtendRequest, HoldRequest,
+    ReleaseAllRequest, ReleaseRequest,
+};
+
+fn acquire(name: &str, owner: &str, ttl_ms: i64, wait_ms: i64) -> AcquireRequest {
+    AcquireRequest {
+        name: name.into(),
+        owner: owner.into(),
+        ttl: ms(ttl_ms),
+        wait: ms(wait_ms),
+        request_id: String::new(),
+    }
+}
+
+fn release(name: &str, token: &str) -> ReleaseRequest {
+    ReleaseRequest {
+        name: name.into(),
+        token: token.into(),
+    }
+}
+
+fn describe(name: &str, token: &str) -> DescribeRequest {
+    DescribeRequest {
+        name: name.into(),
+        token: token.into(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_then_release_frees_the_lock() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut locks = server.locks().await;
+    let won = locks
+        .acquire(acquire("room", "alice", 10_000, 0))
+        .await?
+        .into_inner();
+    assert!(won.acquired);
+    assert!(won.fencing_token > 0);
+    assert!(unix_ms(&won.expires_at) > turnstile::time::now_ms());
+    assert!(
+        locks
+            .release(release("room", &won.token))
+            .await?
+            .into_inner()
+            .released
+    );
+    let again = locks
+        .acquire(acquire("room", "bob", 10_000, 0))
+        .await?
+        .into_inner();
+    assert!(again.acquired);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_lock_refuses_everyone_including_its_own_owner() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut locks = server.locks().await;
+    let won = locks
+        .acquire(acquire("LockRoom:{42}", "alice", 10_000, 0))
+        .await?
+        .into_inner();
+    assert!(won.acquired);
+    for owner in ["bob", "alice"] {
+        let refused = locks
+            .acquire(acquire("LockRoom:{42}", owner, 10_000, 0))
+            .await?
+            .into_inner();
+        assert!(!refused.acquired, "{owner} must not get a held lock");
+        assert!(refused.token.is_empty());
+        let holder = refused.holder.expect("holder info");
+        assert_eq!(holder.owner, "alice");
+        assert_eq!(holder.fencing_token, won.fencing_token);
+        assert_eq!(unix_ms(&holder.expires_at), unix_ms(&won.expires_at));
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_never_frees_another_holders_lock() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut locks = server.locks().await;
+    let first = locks
+        .acquire(acquire("job", "alice", 200, 0))
+        .await?
+        .into_inner();
+    // alice's lease expires and bob takes the lock: alice's late release must not free it.
+    let second = locks
+        .acquire(acquire("job", "bob", 10_000, 2_000))
+        .await?
+        .into_inner();
+    assert!(second.acquired);
+    assert!(
+        !locks
+            .release(release("job", &first.token))
+            .await?
+            .into_inner()
+            .released
+    );
+    assert!(
+        !locks
+            .release(release("job", "not-a-token"))
+            .await?
+            .into_inner()
+            .released
+    );
+    let seen = locks
+        .describe(describe("job", &second.token))
+        .await?
+        .into_inner();
+    assert!(seen.held && seen.held_by_token);
+    assert_eq!(seen.info.unwrap().owner, "bob");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_request_id_gets_the_same_lease_back() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut locks = server.locks().await;
+    let mut request = acquire("retry", "alice", 10_000, 0);
+    request.request_id = "req-1".into();
+    let first = locks.acquire(request.clone()).await?.into_inner();
+    let retried = locks.acquire(request.clone()).await?.into_inner();
+    assert!(first.acquired && retried.acquired);
+    assert_eq!(first.token, retried.token);
+    assert_eq!(first.fencing_token, retried.fencing_token);
+    assert_eq!(first.expires_at, retried.expires_at);
+    // Another request id of the same owner is a new call: not reentrant.
+    request.request_id = "req-2".into();
+    assert!(!locks.acquire(request.clone()).await?.into_inner().acquired);
+    // The same request id from another owner does not get alice's lease.
+    let mut other = request.clone();
+    other.owner = "mallory".into();
+    other.request_id = "req-1".into();
+    assert!(!locks.acquire(other).await?.into_inner().acquired);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_are_long_random_and_unique_per_acquisition() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut locks = server.locks().await;
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..50 {
+        let won = locks
+            .acquire(acquire("tok", "alice", 10_000, 0))
+            .await?
+            .into_inner();
+        // 32 hex digits: 128 random bits (the contract asks for at least 122).
+        assert_eq!(won.token.len(), 32);
+        assert!(won.token.chars().all(|c| c.is_ascii_hexdigit()));
+        assert!(seen.insert(won.token.clone()), "token reused");
+        assert!(
+            locks
+                .release(release("tok", &won.token))
+                .await?
+                .into_inner()
+                .released
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_tokens_strictly_increase_across_release_and_expiry() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut locks = server.locks().await;
+    let mut last = 0;
+    for round in 0..30 {
+        let won = locks
+            .acquire(acquire(
+                "fence",
+                "alice",
+                if round % 3 == 0 { 5 } else { 10_000 },
+                1_000,
+            ))
+            .await?
+            .into_inner();
+        assert!(won.acquired);
+        assert!(
+            won.fencing_token > last,
+            "round {round}: {} after {last}",
+            won.fencing_token
+        );
+        last = won.fencing_token;
+        if round % 3 != 0 {
+            locks.release(release("fence", &won.token)).await?;
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_tokens_never_repeat_after_redis_loses_its_writes() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut locks = server.locks().await;
+    let mut highest = 0;
+    for _ in 0..20 {
+        let won = locks
+            .acquire(acquire("crash", "alice", 10_000, 0))
+            .await?
+            .into_inner();
+        highest = highest.max(won.fencing_token);
+        locks.release(release("crash", &won.token)).await?;
+    }
+    // The worst crash: every write is gone (a lost second of AOF loses a subset of this).
+    let _: () = redis::cmd("FLUSHALL")
+        .query_async(&mut redis.conn().await)
+        .await?;
+    let won = locks
+        .acquire(acquire("crash", "alice", 10_000, 0))
+        .await?
+        .into_inner();
+    assert!(
+        won.fencing_token > highest,
+        "{} reused after {highest}",
+        won.fencing_token
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extend_resets_the_lease_only_for_the_holder() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut locks = server.locks().await;
+    let won = locks
+        .acquire(acquire("ext", "alice", 300, 0))
+        .await?
+        .into_inner();
+    let stranger = locks
+        .extend(ExtendRequest {
+            name: "ext".into(),
+            token: "nope".into(),
+            ttl: ms(60_000),
+        })
+        .await?
+        .into_inner();
+    assert!(!stranger.extended && stranger.expires_at.is_none());
+    let extended = locks
+        .extend(ExtendRequest {
+            name: "ext".into(),
+            token: won.token.clone(),
+            ttl: ms(60_000),
+        })
+        .await?
+        .into_inner();
+    assert!(extended.extended);
+    assert!(unix_ms(&extended.expires_at) >= unix_ms(&won.expires_at) + 50_000);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let seen = locks
+        .describe(describe("ext", &won.token))
+        .await?
+        .into_inner();
+    assert!(
+        seen.held && seen.held_by_token,
+        "the extended lease outlived its first ttl"
+    );
+    assert_eq!(
+        unix_ms(&seen.info.unwrap().expires_at),
+        unix_ms(&extended.expires_at)
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn describe_tells_who_holds_it_and_whether_a_token_is_the_holders() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut locks = server.locks().await;
+    let free = locks.describe(describe("desc", "")).await?.into_inner();
+    assert!(!free.held && free.info.is_none() && !free.held_by_token);
+    let won = locks
+        .acquire(acquire("desc", "alice", 10_000, 0))
+        .await?
+        .into_inner();
+    let seen = locks.describe(describe("desc", "")).await?.into_inner();
+    assert!(seen.held && !seen.held_by_token);
+    let info = seen.info.unwrap();
+    assert_eq!(
+        (info.owner.as_str(), info.fencing_token),
+        ("alice", won.fencing_token)
+    );
+    assert!(
+        locks
+            .describe(describe("desc", &won.token))
+            .await?
+            .into_inner()
+            .held_by_token
+    );
+    assert!(
+        !locks
+            .describe(describe("desc", "other"))
+            .await?
+            .into_inner()
+            .held_by_token
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_all_frees_every_lock_of_the_owner_and_no_other() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut locks = server.locks().await;
+    for name in ["a", "b{1}", "c"] {
+        assert!(
+            locks
+                .acquire(acquire(name, "alice", 10_000, 0))
+                .await?
+                .into_inner()
+                .acquired
+        );
+    }
+    assert!(
+        locks
+            .acquire(acquire("d", "bob", 10_000, 0))
+            .await?
+            .into_inner()
+            .acquired
+    );
+    let mut released = locks
+        .release_all(ReleaseAllRequest {
+            owner: "alice".into(),
+        })
+        .await?
+        .into_inner()
+        .released;
+    released.sort();
+    assert_eq!(released, ["a", "b{1}", "c"]);
+    for name in ["a", "b{1}", "c"] {
+        assert!(
+            !locks.describe(describe(name, "")).await?.into_inner().held,
+            "{name} still held"
+        );
+    }
+    assert!(
+        locks.describe(describe("d", "")).await?.into_inner().held,
+        "bob's lock was freed"
+    );
+    assert!(locks
+        .release_all(ReleaseAllRequest {
+            owner: "alice".into()
+        })
+        .await?
+        .into_inner()
+        .released
+        .is_empty());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_client_never_leaves_a_lock_longer_than_its_ttl() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut locks = server.locks().await;
+    let won = locks
+        .acquire(acquire("crashy", "alice", 300, 0))
+        .await?
+        .into_inner();
+    assert!(won.acquired);
+    // alice never releases. Redis' own expiry frees the key (PEXPIRE in the same script).
+    let ttl: i64 = redis.conn().await.pttl("turnstile:lock:{crashy}").await?;
+    assert!(ttl > 0 && ttl <= 300, "lease pttl {ttl}");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        !locks
+            .describe(describe("crashy", ""))
+            .await?
+            .into_inner()
+            .held
+    );
+    assert!(
+        locks
+            .acquire(acquire("crashy", "bob", 300, 0))
+            .await?
+            .into_inner()
+            .acquired
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_is_woken_at_once_by_a_release() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut locks = server.locks().await;
+    let held = locks
+        .acquire(acquire("wake", "alice", 30_000, 0))
+        .await?
+        .into_inner();
+    let mut waiter = server.locks().await;
+    let waiting = tokio::spawn(async move {
+        let reply = waiter.acquire(acquire("wake", "bob", 10_000, 10_000)).await;
+        (reply, Instant::now())
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let released_at = Instant::now();
+    assert!(
+        locks
+            .release(release("wake", &held.token))
+            .await?
+            .into_inner()
+            .released
+    );
+    let (reply, won_at) = waiting.await?;
+    assert!(reply?.into_inner().acquired);
+    let late = won_at - released_at;
+    // Push-based: milliseconds, not a poll interval (generous bound for shared machines).
+    assert!(
+        late < Duration::from_millis(100),
+        "woken {late:?} after the release"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_is_woken_promptly_when_the_lease_expires() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut locks = server.locks().await;
+    let held = locks
+        .acquire(acquire("expiry", "alice", 500, 0))
+        .await?
+        .into_inner();
+    let reply = locks
+        .acquire(acquire("expiry", "bob", 10_000, 5_000))
+        .await?
+        .into_inner();
+    let won_at = turnstile::time::now_ms();
+    assert!(reply.acquired);
+    let late = won_at - unix_ms(&held.expires_at);
+    assert!((0..100).contains(&late), "woken {late} ms after the expiry");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_one_waiter_not_every_waiter() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut locks = server.locks().await;
+    let held = locks
+        .acquire(acquire("herd", "alice", 60_000, 0))
+        .await?
+        .into_inner();
+    let winners = Arc::new(AtomicI64::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..20 {
+        let mut client = server.locks().await;
+        let winners = winners.clone();
+        tasks.push(tokio::spawn(async move {
+            let reply = client
+                .acquire(acquire("herd", &format!("w{i}"), 60_000, 3_000))
+                .await
+                .unwrap()
+                .into_inner();
+            if reply.acquired {
+                winners.fetch_add(1, Ordering::SeqCst);
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = redis.command_calls("evalsha").await;
+    locks.release(release("herd", &held.token)).await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let scripts = redis.command_calls("evalsha").await - before;
+    assert_eq!(winners.load(Ordering::SeqCst), 1);
+    // release + the woken waiter's acquire + its owner index + the next head's look:
+    // a handful, where a thundering herd would be 20 or more.
+    assert!(scripts <= 6, "{scripts} scripts ran after one release");
+    for task in tasks {
+        task.await?;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_does_not_poll_redis() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut locks = server.locks().await;
+    locks.acquire(acquire("idle", "alice", 60_000, 0)).await?;
+    let mut waiters = Vec::new();
+    for i in 0..10 {
+        let mut client = server.locks().await;
+        waiters.push(tokio::spawn(async move {
+            client
+                .acquire(acquire("idle", &format!("w{i}"), 1_000, 2_500))
+                .await
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = redis.total_commands().await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Only the readiness probe (one PING a second) and our own INFO calls.
+    let spent = redis.total_commands().await - before;
+    assert!(spent <= 5, "{spent} commands while 10 calls waited for 2 s");
+    for waiter in waiters {
+        assert!(!waiter.await??.into_inner().acquired);
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_that_runs_out_answers_not_acquired_with_the_holder() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut locks = server.locks().await;
+    locks.acquire(acquire("busy", "alice", 60_000, 0)).await?;
+    let started = Instant::now();
+    let reply = locks
+        .acquire(acquire("busy", "bob", 10_000, 300))
+        .await?
+        .into_inner();
+    let waited = started.elapsed();
+    assert!(!reply.acquired);
+    assert_eq!(reply.holder.unwrap().owner, "alice");
+    assert!(
+        waited >= Duration::from_millis(290) && waited < Duration::from_secs(2),
+        "waited {waited:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_whose_deadline_passes_gets_deadline_exceeded_and_never_the_lock() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut locks = server.locks().await;
+    let held = locks
+        .acquire(acquire("dl", "alice", 60_000, 0))
+        .await?
+        .into_inner();
+    let started = Instant::now();
+    let status = locks
+        .acquire(with_timeout(
+            acquire("dl", "bob", 10_000, 30_000),
+            Duration::from_millis(300),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+    assert!(started.elapsed() < Duration::from_millis(300));
+    locks.release(release("dl", &held.token)).await?;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !locks.describe(describe("dl", "")).await?.into_inner().held,
+        "bob won after giving up"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_that_cancels_never_ends_up_holding_the_lock() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut locks = server.locks().await;
+    let held = locks
+        .acquire(acquire("cancel", "alice", 60_000, 0))
+        .await?
+        .into_inner();
+    let mut waiter = server.locks().await;
+    let waiting = tokio::spawn(async move {
+        waiter
+            .acquire(acquire("cancel", "bob", 10_000, 30_000))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    waiting.abort();
+    let _ = waiting.await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    locks.release(release("cancel", &held.token)).await?;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !locks
+            .describe(describe("cancel", ""))
+            .await?
+            .into_inner()
+            .held,
+        "a cancelled call took the lock"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forty_clients_doing_read_modify_write_under_the_lock_lose_no_update() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut tasks = Vec::new();
+    for client_no in 0..40 {
+        let mut locks = server.locks().await;
+        let mut conn = redis.conn().await;
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..25 {
+                let won = locks
+                    .acquire(acquire("counter", &format!("c{client_no}"), 10_000, 60_000))
+                    .await
+                    .unwrap()
+                    .into_inner();
+                assert!(won.acquired);
+                // A deliberately racy read-modify-write: only the lock keeps it correct.
+                let value: i64 = conn
+                    .get::<_, Option<i64>>("counter")
+                    .await
+                    .unwrap()
+                    .unwrap_or(0);
+                tokio::task::yield_now().await;
+                let _: () = conn.set("counter", value + 1).await.unwrap();
+                assert!(
+                    locks
+                        .release(release("counter", &won.token))
+                        .await
+                        .unwrap()
+                        .into_inner()
+                        .released
+                );
+            }
+        }));
+    }
+    for task in tasks {
+        task.await?;
+    }
+    let total: i64 = redis.conn().await.get("counter").await?;
+    assert_eq!(total, 1000);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flash_sale_of_ten_phones_to_two_hundred_buyers_sells_exactly_ten() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let _: () = redis.conn().await.set("stock", 10).await?;
+    let sales = Arc::new(AtomicI64::new(0));
+    let lowest = Arc::new(AtomicI64::new(10));
+    let mut buyers = Vec::new();
+    for buyer in 0..200 {
+        let mut locks = server.locks().await;
+        let mut conn = redis.conn().await;
+        let (sales, lowest) = (sales.clone(), lowest.clone());
+        buyers.push(tokio::spawn(async move {
+            let won = locks
+                .acquire(acquire(
+                    "phone-sale",
+                    &format!("buyer{buyer}"),
+                    10_000,
+                    60_000,
+                ))
+                .await
+                .unwrap()
+                .into_inner();
+            assert!(won.acquired);
+            let stock: i64 = conn.get("stock").await.unwrap();
+            if stock > 0 {
+                let _: () = conn.set("stock", stock - 1).await.unwrap();
+                sales.fetch_add(1, Ordering::SeqCst);
+                lowest.fetch_min(stock - 1, Ordering::SeqCst);
+            }
+            locks
+                .release(release("phone-sale", &won.token))
+                .await
+                .unwrap();
+        }));
+    }
+    for buyer in buyers {
+        buyer.await?;
+    }
+    let stock: i64 = redis.conn().await.get("stock").await?;
+    assert_eq!(sales.load(Ordering::SeqCst), 10);
+    assert_eq!(stock, 0);
+    assert!(lowest.load(Ordering::SeqCst) >= 0);
+    Ok(())
+}
+
+fn hold(name: &str, owner: &str, ttl_ms: i64, wait_ms: i64) -> HoldRequest {
+    HoldRequest {
+        name: name.into(),
+        owner: owner.into(),
+        ttl: ms(ttl_ms),
+        wait: ms(wait_ms),
+    }
+}
+
+async fn next_event(stream: &mut tonic::Streaming<turnstile::pb::HoldResponse>) -> Option<Event> {
+    let message = tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .expect("an event within 5 s")?;
+    message.expect("stream ok").event
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hold_renews_the_lease_and_releases_at_once_when_cancelled() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut locks = server.locks().await;
+    let mut stream = locks
+        .hold(hold("held", "alice", 300, 0))
+        .await?
+        .into_inner();
+    let Some(Event::Acquired(acquired)) = next_event(&mut stream).await else {
+        panic!("no Acquired")
+    };
+    let mut last = unix_ms(&acquired.expires_at);
+    for _ in 0..3 {
+        match next_event(&mut stream).await {
+            Some(Event::Renewed(renewed)) => {
+                assert!(unix_ms(&renewed.expires_at) >= last);
+                last = unix_ms(&renewed.expires_at);
+            }
+            other => panic!("expected Renewed, got {other:?}"),
+        }
+    }
+    // Three renewals of a 300 ms lease: it lived past its first ttl.
+    let seen = locks
+        .describe(describe("held", &acquired.token))
+        .await?
+        .into_inner();
+    assert!(seen.held_by_token);
+    drop(stream);
+    let started = Instant::now();
+    while locks
+        .describe(describe("held", ""))
+        .await?
+        .into_inner()
+        .held
+    {
+        assert!(
+            started.elapsed() < Duration::from_millis(250),
+            "not released when the stream closed"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hold_sends_heartbeats_while_waiting_and_while_holding() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server =
+        TestServer::start_with(&redis, |c| c.stream_heartbeat = Duration::from_millis(100)).await;
+    let mut locks = server.locks().await;
+    let held = locks
+        .acquire(acquire("hb", "alice", 400, 0))
+        .await?
+        .into_inner();
+    let mut stream = locks
+        .hold(hold("hb", "bob", 60_000, 5_000))
+        .await?
+        .into_inner();
+    assert!(
+        matches!(next_event(&mut stream).await, Some(Event::Heartbeat(_))),
+        "no heartbeat while waiting"
+    );
+    let acquired = loop {
+        match next_event(&mut stream).await {
+            Some(Event::Heartbeat(_)) => continue,
+            Some(Event::Acquired(acquired)) => break acquired,
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert!(acquired.fencing_token > held.fencing_token);
+    // A 60 s lease renews every 20 s: in between, heartbeats keep the stream alive.
+    for _ in 0..3 {
+        assert!(
+            matches!(next_event(&mut stream).await, Some(Event::Heartbeat(_))),
+            "no heartbeat while holding"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hold_whose_wait_runs_out_sends_lost_and_ends_ok() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut locks = server.locks().await;
+    locks.acquire(acquire("taken", "alice", 60_000, 0)).await?;
+    let mut stream = locks
+        .hold(hold("taken", "bob", 10_000, 200))
+        .await?
+        .into_inner();
+    match next_event(&mut stream).await {
+        Some(Event::Lost(lost)) => assert_eq!(lost.reason, "not acquired"),
+        other => panic!("expected Lost, got {other:?}"),
+    }
+    assert!(
+        tokio::time::timeout(Duration::from_secs(2), stream.next())
+            .await?
+            .is_none(),
+        "stream did not end OK"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hold_sends_lost_when_the_lock_is_taken_from_it() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut locks = server.locks().await;
+    let mut stream = locks
+        .hold(hold("stolen", "alice", 300, 0))
+        .await?
+        .into_inner();
+    assert!(matches!(
+        next_event(&mut stream).await,
+        Some(Event::Acquired(_))
+    ));
+    // An operator deletes the lease and someone else takes the lock.
+    let _: () = redis.conn().await.del("turnstile:lock:{stolen}").await?;
+    assert!(
+        locks
+            .acquire(acquire("stolen", "bob", 10_000, 0))
+            .await?
+            .into_inner()
+            .acquired
+    );
+    loop {
+        match next_event(&mut stream).await {
+            Some(Event::Renewed(_)) | Some(Event::Heartbeat(_)) => continue,
+            Some(Event::Lost(_)) => break,
+            other => panic!("expected Lost, got {other:?}"),
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_releases_held_locks_and_ends_streams_with_unavailable() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let other = TestServer::start(&redis).await;
+    let mut locks = server.locks().await;
+    let mut stream = locks
+        .hold(hold("drain", "alice", 60_000, 0))
+        .await?
+        .into_inner();
+    assert!(matches!(
+        next_event(&mut stream).await,
+        Some(Event::Acquired(_))
+    ));
+    let shutting = tokio::spawn(server.shutdown());
+    let status = loop {
+        match tokio::time::timeout(Duration::from_secs(5), stream.next()).await? {
+            Some(Ok(_)) => continue,
+            Some(Err(status)) => break status,
+            None => panic!("stream ended without UNAVAILABLE"),
+        }
+    };
+    assert_eq!(status.code(), Code::Unavailable);
+    shutting.await??;
+    let mut survivor = other.locks().await;
+    assert!(
+        !survivor
+            .describe(describe("drain", ""))
+            .await?
+            .into_inner()
+            .held,
+        "lock kept after shutdown"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_invalid_argument_naming_the_field() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut locks = server.locks().await;
+    let long_name = "x".repeat(513);
+    let long_owner = "o".repeat(257);
+    let cases: Vec<(AcquireRequest, &str)> = vec![
+        (acquire("", "alice", 1_000, 0), "name"),
+        (acquire(&long_name, "alice", 1_000, 0), "name"),
+        (acquire("bad\nname", "alice", 1_000, 0), "name"),
+        (acquire("n", "", 1_000, 0), "owner"),
+        (acquire("n", &long_owner, 1_000, 0), "owner"),
+        (acquire("n", "al\u{7}ice", 1_000, 0), "owner"),
+        (acquire("n", "alice", 0, 0), "ttl"),
+        (acquire("n", "alice", -5, 0), "ttl"),
+        (acquire("n", "alice", 24 * 3600 * 1000 + 1, 0), "ttl"),
+        (acquire("n", "alice", 1_000, -1), "wait"),
+        (acquire("n", "alice", 1_000, 3600 * 1000 + 1), "wait"),
+        (
+            AcquireRequest {
+                request_id: "r\n".into(),
+                ..acquire("n", "alice", 1_000, 0)
+            },
+            "request_id",
+        ),
+    ];
+    for (request, field) in cases {
+        let status = locks.acquire(request.clone()).await.unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument, "{request:?}");
+        assert!(
+            status.message().starts_with(&format!("{field}:")),
+            "{request:?} → {}",
+            status.message()
+        );
+    }
+    // The limits are inclusive.
+    assert!(
+        locks
+            .acquire(acquire(
+                &"x".repeat(512),
+                &"o".repeat(256),
+                24 * 3600 * 1000,
+                0
+            ))
+            .await?
+            .into_inner()
+            .acquired
+    );
+    let status = locks.release(release("n", "")).await.unwrap_err();
+    assert!(status.code() == Code::InvalidArgument && status.message().starts_with("token:"));
+    let status = locks
+        .extend(ExtendRequest {
+            name: "n".into(),
+            token: "t".into(),
+            ttl: ms(0),
+        })
+        .await
+        .unwrap_err();
+    assert!(status.code() == Code::InvalidArgument && status.message().starts_with("ttl:"));
+    let status = locks.describe(describe("", "")).await.unwrap_err();
+    assert!(status.code() == Code::InvalidArgument && status.message().starts_with("name:"));
+    let status = locks
+        .release_all(ReleaseAllRequest {
+            owner: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert!(status.code() == Code::InvalidArgument && status.message().starts_with("owner:"));
+    let status = locks.hold(hold("n", "alice", 0, 0)).await.unwrap_err();
+    assert!(status.code() == Code::InvalidArgument && status.message().starts_with("ttl:"));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_many_waiters_or_streams_is_resource_exhausted() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start_with(&redis, |c| {
+        c.max_waiters = 1;
+        c.max_streams = 1;
+    })
+    .await;
+    let mut locks = server.locks().await;
+    locks.acquire(acquire("full", "alice", 60_000, 0)).await?;
+    let mut first = server.locks().await;
+    let waiting =
+        tokio::spawn(async move { first.acquire(acquire("full", "bob", 1_000, 1_000)).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let status = locks
+        .acquire(acquire("full", "carol", 1_000, 1_000))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted);
+    assert!(!waiting.await??.into_inner().acquired);
+    let _open = locks
+        .hold(hold("other", "alice", 60_000, 0))
+        .await?
+        .into_inner();
+    let status = locks
+        .hold(hold("third", "alice", 60_000, 0))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_is_unavailable_within_the_callers_deadline() -> TestResult {
+    let mut redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut locks = server.locks().await;
+    redis.kill().await;
+    for timeout in [Duration::from_millis(500), Duration::from_secs(5)] {
+        let started = Instant::now();
+        let status = locks
+            .acquire(with_timeout(acquire("down", "alice", 1_000, 0), timeout))
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+        assert!(
+            started.elapsed() < timeout.min(Duration::from_secs(3)),
+            "took {:?}",
+            started.elapsed()
+        );
+        let status = locks
+            .release(with_timeout(release("down", "t"), timeout))
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    }
+    // Redis comes back: the same server serves again, without a restart.
+    redis.restart().await;
+    let started = Instant::now();
+    loop {
+        match locks.acquire(acquire("down", "alice", 1_000, 0)).await {
+            Ok(reply) => {
+                assert!(reply.into_inner().acquired);
+                break;
+            }
+            Err(status) => {
+                assert_eq!(status.code(), Code::Unavailable);
+                assert!(
+                    started.elapsed() < Duration::from_secs(10),
+                    "never recovered"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_still_wakes_after_redis_restarts() -> TestResult {
+    let mut redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut locks = server.locks().await;
+    locks.acquire(acquire("restart", "alice", 1_500, 0)).await?;
+    let mut waiter = server.locks().await;
+    let waiting = tokio::spawn(async move {
+        waiter
+            .acquire(acquire("restart", "bob", 10_000, 10_000))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    redis.restart().await; // the lease is gone with the data; pub/sub reconnects
+    let reply = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await???
+        .into_inner();
+    assert!(reply.acquired);
+    Ok(())
+}
