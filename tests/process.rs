@@ -25,7 +25,9 @@ fn ready_line(child: &mut Child) -> String {
         }
     });
     loop {
-        let line = rx.recv_timeout(Duration::from_secs(30)).expect("a ready line within 30 s");
+        let line = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("a ready line within 30 s");
         if line.contains("\"ready\"") || line.contains(" ready ") {
             return line;
         }
@@ -34,12 +36,19 @@ fn ready_line(child: &mut Child) -> String {
 
 /// The value of `"key":"value"` in a JSON log line.
 fn json_field(line: &str, key: &str) -> String {
-    let start = line.find(&format!("\"{key}\":\"")).unwrap_or_else(|| panic!("{key} in {line}")) + key.len() + 4;
+    let start = line
+        .find(&format!("\"{key}\":\""))
+        .unwrap_or_else(|| panic!("{key} in {line}"))
+        + key.len()
+        + 4;
     line[start..].split('"').next().unwrap().to_owned()
 }
 
 fn sigterm(child: &Child) {
-    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill");
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
     assert!(status.success());
 }
 
@@ -58,7 +67,15 @@ fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
 async fn serve_starts_embedded_redis_logs_ready_and_drains_on_sigterm() -> TestResult {
     let dir = TempDir::new("proc");
     let mut child = Command::new(BIN)
-        .args(["serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--log-format", "json"])
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+        ])
         .arg("--data-dir")
         .arg(dir.0.join("data"))
         .env_remove("TURNSTILE_REDIS_URL")
@@ -70,10 +87,18 @@ async fn serve_starts_embedded_redis_logs_ready_and_drains_on_sigterm() -> TestR
     let metrics = json_field(&line, "metrics");
 
     // The embedded Redis keeps an append-only file in the data dir.
-    assert!(dir.0.join("data").join("redis.sock").exists(), "no unix socket in the data dir");
+    assert!(
+        dir.0.join("data").join("redis.sock").exists(),
+        "no unix socket in the data dir"
+    );
 
     let mut locks = LockServiceClient::connect(format!("http://{addr}")).await?;
-    let hold = HoldRequest { name: "proc".into(), owner: "alice".into(), ttl: None, wait: None };
+    let hold = HoldRequest {
+        name: "proc".into(),
+        owner: "alice".into(),
+        ttl: None,
+        wait: None,
+    };
     let mut stream = locks.hold(hold).await?.into_inner();
     let first = stream.next().await.expect("an event")?;
     assert!(matches!(first.event, Some(Event::Acquired(_))));
@@ -96,7 +121,10 @@ async fn serve_starts_embedded_redis_logs_ready_and_drains_on_sigterm() -> TestR
     assert_eq!(status.code(), tonic::Code::Unavailable);
     let exit = wait_exit(&mut child, Duration::from_secs(20));
     assert!(exit.success(), "exit status {exit}");
-    assert!(!dir.0.join("data").join("redis.sock").exists(), "embedded redis still running");
+    assert!(
+        !dir.0.join("data").join("redis.sock").exists(),
+        "embedded redis still running"
+    );
     let aof = std::fs::read_dir(dir.0.join("data").join("appendonlydir"))?.count();
     assert!(aof > 0, "no append-only file");
     Ok(())
@@ -106,7 +134,13 @@ async fn serve_starts_embedded_redis_logs_ready_and_drains_on_sigterm() -> TestR
 fn serve_without_redis_server_on_path_says_how_to_fix_it() {
     let dir = TempDir::new("nopath");
     let output = Command::new(BIN)
-        .args(["serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
         .arg("--data-dir")
         .arg(dir.0.join("data"))
         .env("PATH", dir.0.as_os_str())
@@ -116,6 +150,9 @@ fn serve_without_redis_server_on_path_says_how_to_fix_it() {
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     let last = stderr.lines().last().unwrap_or_default();
-    assert!(last.contains("redis-server") && last.contains("--redis-url"), "{stderr}");
+    assert!(
+        last.contains("redis-server") && last.contains("--redis-url"),
+        "{stderr}"
+    );
     assert!(last.contains("apt-get install redis-server"), "{stderr}");
 }

@@ -7,17 +7,34 @@ use std::time::{Duration, Instant};
 
 use common::{TestRedis, TestResult, TestServer};
 use tokio_stream::StreamExt;
-use tonic_health::pb::{health_check_response::ServingStatus, health_client::HealthClient, HealthCheckRequest};
+use tonic_health::pb::{
+    health_check_response::ServingStatus, health_client::HealthClient, HealthCheckRequest,
+};
 
-async fn status(health: &mut HealthClient<tonic::transport::Channel>, service: &str) -> ServingStatus {
-    let reply = health.check(HealthCheckRequest { service: service.into() }).await.expect("Check answers");
+async fn status(
+    health: &mut HealthClient<tonic::transport::Channel>,
+    service: &str,
+) -> ServingStatus {
+    let reply = health
+        .check(HealthCheckRequest {
+            service: service.into(),
+        })
+        .await
+        .expect("Check answers");
     ServingStatus::try_from(reply.into_inner().status).expect("known status")
 }
 
-async fn wait_for(health: &mut HealthClient<tonic::transport::Channel>, service: &str, want: ServingStatus) {
+async fn wait_for(
+    health: &mut HealthClient<tonic::transport::Channel>,
+    service: &str,
+    want: ServingStatus,
+) {
     let started = Instant::now();
     while status(health, service).await != want {
-        assert!(started.elapsed() < Duration::from_secs(10), "{service:?} never became {want:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{service:?} never became {want:?}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -31,13 +48,19 @@ async fn readiness_follows_redis_and_liveness_stays_serving() -> TestResult {
     for service in services {
         assert_eq!(status(&mut health, service).await, ServingStatus::Serving);
     }
-    assert_eq!(status(&mut health, "liveness").await, ServingStatus::Serving);
+    assert_eq!(
+        status(&mut health, "liveness").await,
+        ServingStatus::Serving
+    );
 
     redis.kill().await;
     for service in services {
         wait_for(&mut health, service, ServingStatus::NotServing).await;
     }
-    assert_eq!(status(&mut health, "liveness").await, ServingStatus::Serving);
+    assert_eq!(
+        status(&mut health, "liveness").await,
+        ServingStatus::Serving
+    );
 
     redis.restart().await;
     for service in services {
@@ -52,32 +75,53 @@ async fn reflection_v1_and_v1alpha_list_both_services() -> TestResult {
     let server = TestServer::start(&redis).await;
 
     use tonic_reflection::pb::{v1, v1alpha};
-    let mut client = v1::server_reflection_client::ServerReflectionClient::new(server.channel().await);
+    let mut client =
+        v1::server_reflection_client::ServerReflectionClient::new(server.channel().await);
     let request = v1::ServerReflectionRequest {
         host: String::new(),
-        message_request: Some(v1::server_reflection_request::MessageRequest::ListServices(String::new())),
+        message_request: Some(v1::server_reflection_request::MessageRequest::ListServices(
+            String::new(),
+        )),
     };
-    let mut replies = client.server_reflection_info(tokio_stream::once(request)).await?.into_inner();
+    let mut replies = client
+        .server_reflection_info(tokio_stream::once(request))
+        .await?
+        .into_inner();
     let Some(v1::server_reflection_response::MessageResponse::ListServicesResponse(list)) =
         replies.next().await.expect("a reply")?.message_response
     else {
         panic!("not a service list")
     };
     let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
-    assert!(names.contains(&"turnstile.v1.LockService".to_owned()), "{names:?}");
-    assert!(names.contains(&"turnstile.v1.QueueService".to_owned()), "{names:?}");
+    assert!(
+        names.contains(&"turnstile.v1.LockService".to_owned()),
+        "{names:?}"
+    );
+    assert!(
+        names.contains(&"turnstile.v1.QueueService".to_owned()),
+        "{names:?}"
+    );
 
-    let mut alpha = v1alpha::server_reflection_client::ServerReflectionClient::new(server.channel().await);
+    let mut alpha =
+        v1alpha::server_reflection_client::ServerReflectionClient::new(server.channel().await);
     let request = v1alpha::ServerReflectionRequest {
         host: String::new(),
-        message_request: Some(v1alpha::server_reflection_request::MessageRequest::ListServices(String::new())),
+        message_request: Some(
+            v1alpha::server_reflection_request::MessageRequest::ListServices(String::new()),
+        ),
     };
-    let mut replies = alpha.server_reflection_info(tokio_stream::once(request)).await?.into_inner();
+    let mut replies = alpha
+        .server_reflection_info(tokio_stream::once(request))
+        .await?
+        .into_inner();
     let Some(v1alpha::server_reflection_response::MessageResponse::ListServicesResponse(list)) =
         replies.next().await.expect("a reply")?.message_response
     else {
         panic!("not a service list")
     };
-    assert!(list.service.iter().any(|s| s.name == "turnstile.v1.LockService"));
+    assert!(list
+        .service
+        .iter()
+        .any(|s| s.name == "turnstile.v1.LockService"));
     Ok(())
 }
