@@ -1056,3 +1056,33 @@ async fn a_waiter_still_wakes_after_redis_restarts() -> TestResult {
     assert!(reply.acquired);
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_run_by_sha_and_reload_after_redis_forgets_them() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut locks = server.locks().await;
+    let won = locks
+        .acquire(acquire("sha", "alice", 10_000, 0))
+        .await?
+        .into_inner();
+    assert!(redis.command_calls("evalsha").await >= 1);
+    assert_eq!(
+        redis.command_calls("eval").await,
+        0,
+        "scripts are sent by SHA, not as source"
+    );
+    // A restarted Redis has an empty script cache: NOSCRIPT, then load and run again.
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut redis.conn().await)
+        .await?;
+    assert!(
+        locks
+            .release(release("sha", &won.token))
+            .await?
+            .into_inner()
+            .released
+    );
+    Ok(())
+}
