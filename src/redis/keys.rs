@@ -22,6 +22,21 @@ pub struct LockKeys {
     pub fence: String,
 }
 
+/// The keys of one queue, all in one hash slot; see `src/queue/prelude.lua` for what
+/// each holds. The order is the order of `KEYS` in every queue script.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueKeys {
+    /// Every key, in script order: pending, inflight, dead, tasks, payloads, reserved, seq.
+    pub all: [String; 7],
+}
+
+impl QueueKeys {
+    /// The pending zset (READY and DELAYED tasks), also the queue's wake-up message.
+    pub fn pending(&self) -> &str {
+        &self.all[0]
+    }
+}
+
 impl Keys {
     /// Keys under `prefix` (already validated: non-empty, no braces).
     pub fn new(prefix: impl Into<String>) -> Self {
@@ -48,6 +63,27 @@ impl Keys {
     /// The pub/sub channel a released lock is announced on (message: its lock key).
     pub fn lock_released_channel(&self) -> String {
         format!("{}:events:lock-released", self.prefix)
+    }
+
+    /// The keys of the queue `name`.
+    pub fn queue(&self, name: &str) -> QueueKeys {
+        let base = format!("{}:queue:{{{}}}", self.prefix, encode(name));
+        QueueKeys {
+            all: ["pending", "inflight", "dead", "tasks", "payloads", "reserved", "seq"]
+                .map(|part| format!("{base}:{part}")),
+        }
+    }
+
+    /// The channel on which a queue with newly due (or newly scheduled) tasks is
+    /// announced (message: its pending key).
+    pub fn queue_changed_channel(&self) -> String {
+        format!("{}:events:queue-changed", self.prefix)
+    }
+
+    /// The channel on which a freed Subscribe slot is announced (message: the
+    /// subscription's worker tag).
+    pub fn slot_freed_channel(&self) -> String {
+        format!("{}:events:slot-freed", self.prefix)
     }
 
     /// The lock name back from a lock key (the inverse of [`Keys::lock`]).
@@ -125,6 +161,17 @@ mod tests {
             assert!(!hash_tag(&lock.lock).contains(['{', '}']), "{name}");
             assert_eq!(keys.lock_name(&lock.lock).as_deref(), Some(name));
         }
+    }
+
+    #[test]
+    fn every_key_of_a_queue_shares_one_hash_tag() {
+        let keys = Keys::new("turnstile");
+        for name in ["jobs", "mail:{eu}", "}"] {
+            let queue = keys.queue(name);
+            let tag = hash_tag(queue.pending());
+            assert!(queue.all.iter().all(|key| hash_tag(key) == tag), "{name}");
+        }
+        assert_eq!(keys.queue("mail:{eu}").pending(), "turnstile:queue:{mail:%7Beu%7D}:pending");
     }
 
     #[test]

@@ -1,0 +1,19 @@
+-- cancel.lua: remove tasks that are not in flight (DELAYED, READY or DEAD).
+-- KEYS[1..7] as in prelude.lua
+-- ARGV: the ids
+-- Clock: Redis TIME (for the dedupe window).
+-- Returns the ids removed.
+local now = now_ms()
+local out = {}
+for i = 1, #ARGV do
+  local id = ARGV[i]
+  local meta = load(id)
+  if meta and meta.st ~= 'f' then
+    local member = member_of(meta, id)
+    redis.call('ZREM', KEYS[1], member)
+    redis.call('ZREM', KEYS[3], member)
+    forget(id, meta, now)
+    table.insert(out, id)
+  end
+end
+return out

@@ -1,0 +1,36 @@
+-- peek.lua: look at tasks of one state without taking them, in delivery order
+-- (expired leases are returned first, as Lease would).
+-- KEYS[1..7] as in prelude.lua
+-- ARGV[1] state ('ready' | 'delayed' | 'in_flight' | 'dead'), ARGV[2] limit,
+-- ARGV[3] the most payload bytes to return (always at least one task)
+-- Clock: Redis TIME.
+-- Returns 9 per task as prelude.lua's row(), receipts blanked.
+local now = now_ms()
+reclaim(now)
+local state, limit, budget = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local members
+if state == 'ready' then
+  members = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit)
+elseif state == 'delayed' then
+  members = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'LIMIT', 0, limit)
+elseif state == 'in_flight' then
+  members = redis.call('ZRANGE', KEYS[2], 0, limit - 1)
+else
+  members = redis.call('ZRANGE', KEYS[3], 0, limit - 1)
+end
+local out = {}
+local used = 0
+for n, member in ipairs(members) do
+  local id = id_of(member)
+  local meta = load(id)
+  local payload = redis.call('HGET', KEYS[5], id) or ''
+  used = used + #payload + #id + 128
+  if n > 1 and used > budget then
+    break
+  end
+  meta.rcpt = nil
+  for _, v in ipairs(row(id, meta, payload, now)) do
+    table.insert(out, v)
+  end
+end
+return out

@@ -1,0 +1,115 @@
+-- prelude.lua: shared by every queue script (prepended in Rust, so each script is
+-- still one atomic EVALSHA).
+-- Queue keys, all under the queue's hash tag:
+--   KEYS[1] pending   zset  member "<15-digit seq>:<id>", score = due (Unix ms);
+--                           due <= now is READY, later is DELAYED
+--   KEYS[2] inflight  zset  same members, score = lease end (Unix ms)
+--   KEYS[3] dead      zset  same members, score = due (Unix ms)
+--   KEYS[4] tasks     hash  id -> cjson meta {seq, due, enq, att, max, dd, st, rcpt, lexp}
+--                           st: 'p' pending, 'f' in flight, 'd' dead
+--   KEYS[5] payloads  hash  id -> payload bytes
+--   KEYS[6] reserved  zset  id -> until (Unix ms): ids held by a dedupe window
+--   KEYS[7] seq       string, the enqueue counter (ties leave in enqueue order)
+-- Clock: Redis TIME, in ms.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function member_of(meta, id)
+  local s = tostring(meta.seq)
+  return string.rep('0', 15 - #s) .. s .. ':' .. id
+end
+
+local function id_of(member)
+  return string.sub(member, 17)
+end
+
+local function load(id)
+  local raw = redis.call('HGET', KEYS[4], id)
+  if not raw then
+    return nil
+  end
+  return cjson.decode(raw)
+end
+
+local function store(id, meta)
+  redis.call('HSET', KEYS[4], id, cjson.encode(meta))
+end
+
+-- The id a receipt names: receipts are "<random>:<id>".
+local function receipt_id(receipt)
+  local at = string.find(receipt, ':', 1, true)
+  if not at then
+    return nil
+  end
+  return string.sub(receipt, at + 1)
+end
+
+-- A live delivery for this receipt, or nil (stale: expired, redelivered or gone).
+local function delivery(receipt, now)
+  local id = receipt_id(receipt)
+  if not id then
+    return nil
+  end
+  local meta = load(id)
+  if not meta or meta.st ~= 'f' or meta.rcpt ~= receipt or meta.lexp <= now then
+    return nil
+  end
+  return id, meta
+end
+
+-- A delivery that ended without an ack: back to pending at `due`, or dead when out
+-- of attempts. The caller removed it from inflight.
+local function give_back(id, meta, due)
+  meta.rcpt = nil
+  meta.lexp = nil
+  meta.w = nil
+  if meta.att >= meta.max then
+    meta.st = 'd'
+    redis.call('ZADD', KEYS[3], meta.due, member_of(meta, id))
+  else
+    meta.st = 'p'
+    meta.due = due
+    redis.call('ZADD', KEYS[1], due, member_of(meta, id))
+  end
+  store(id, meta)
+  return meta.st
+end
+
+-- Expired leases go back (at their original due time) or die. Bounded per call.
+local function reclaim(now)
+  local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1000)
+  for _, member in ipairs(expired) do
+    local id = id_of(member)
+    redis.call('ZREM', KEYS[2], member)
+    local meta = load(id)
+    if meta then
+      give_back(id, meta, meta.due)
+    end
+  end
+  return #expired
+end
+
+-- Removes a finished task; its id stays reserved for its dedupe window.
+local function forget(id, meta, now)
+  redis.call('HDEL', KEYS[4], id)
+  redis.call('HDEL', KEYS[5], id)
+  if meta.dd and meta.dd > 0 then
+    redis.call('ZADD', KEYS[6], now + meta.dd, id)
+  end
+end
+
+-- One task as a reply row: id, payload, state, due, enq, att, max, receipt, lease end.
+local function row(id, meta, payload, now)
+  local state = 'ready'
+  if meta.st == 'f' then
+    state = 'in_flight'
+  elseif meta.st == 'd' then
+    state = 'dead'
+  elseif meta.due > now then
+    state = 'delayed'
+  end
+  return {id, payload or '', state, meta.due, meta.enq, meta.att, meta.max, meta.rcpt or '', meta.lexp or 0}
+end
+
