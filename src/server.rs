@@ -17,7 +17,7 @@ use crate::{
     lock::{api::LockApi, LockStore},
     metrics,
     pb::{self, lock_service_server::LockServiceServer, queue_service_server::QueueServiceServer},
-    queue::api::QueueApi,
+    queue::{api::QueueApi, QueueStore},
     redis::{
         embedded::{Bind, EmbeddedOptions, EmbeddedRedis},
         events::Events,
@@ -78,10 +78,13 @@ async fn serve(
     if let Err(err) = redis.load_scripts(&locks.scripts().all()).await {
         tracing::warn!(cause = %err, "scripts not loaded at boot; they load on first use");
     }
+    let queues = QueueStore::new(redis.clone());
+    if let Err(err) = redis.load_scripts(&queues.scripts().all()).await {
+        tracing::warn!(cause = %err, "queue scripts not loaded at boot; they load on first use");
+    }
     let events = Events::spawn(
         url.to_owned(),
-        locks.channels(),
-        locks.event_sink(),
+        vec![locks.event_route(), queues.event_route()],
         shutdown,
     );
 
@@ -140,7 +143,10 @@ async fn serve(
             locks,
             config.stream_heartbeat,
         )))
-        .add_service(QueueServiceServer::new(QueueApi))
+        .add_service(QueueServiceServer::new(QueueApi::new(
+            queues,
+            shutdown.clone(),
+        )))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), draining)
         .await
         .map_err(|err| format!("server failed: {err}"))

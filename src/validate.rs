@@ -9,8 +9,8 @@ use crate::error::{Error, Result};
 pub const MAX_NAME_BYTES: usize = 512;
 /// Owners, worker ids, request ids and task ids: at most this many bytes.
 pub const MAX_OWNER_BYTES: usize = 256;
-/// Tokens and receipts the server made are far shorter; longer ones are garbage.
-pub const MAX_TOKEN_BYTES: usize = 256;
+/// Tokens and receipts (which embed a task id) the server made are shorter than this.
+pub const MAX_TOKEN_BYTES: usize = 1024;
 
 /// A name (`name`, `queue`): 1–512 bytes, no control characters.
 pub fn name<'a>(field: &'static str, value: &'a str) -> Result<&'a str> {

@@ -143,7 +143,7 @@ pub struct LockStore {
 }
 
 impl LockStore {
-    /// A store on `redis`; call [`LockStore::event_sink`] to route wake-ups to it.
+    /// A store on `redis`; call [`LockStore::event_route`] to route wake-ups to it.
     pub fn new(redis: Redis, limits: Limits, shutdown: Shutdown) -> Self {
         Self {
             redis,
@@ -159,16 +159,12 @@ impl LockStore {
         &self.scripts
     }
 
-    /// The pub/sub channels this store listens on.
-    pub fn channels(&self) -> Vec<String> {
-        vec![self.redis.keys.lock_released_channel()]
-    }
-
-    /// Where pub/sub messages for these channels go.
-    pub fn event_sink(&self) -> Arc<dyn EventSink> {
-        Arc::new(WakeSink {
+    /// The pub/sub channel this store listens on, and where its messages go.
+    pub fn event_route(&self) -> (String, Arc<dyn EventSink>) {
+        let sink = Arc::new(WakeSink {
             waiters: self.waiters.clone(),
-        })
+        });
+        (self.redis.keys.lock_released_channel(), sink)
     }
 
     /// The server's shutdown handle (streams watch it).
@@ -426,7 +422,8 @@ fn ttl_ms(ttl: Duration) -> u64 {
     (ttl.as_millis() as u64).max(1)
 }
 
-async fn sleep_until_some(at: Option<Instant>) {
+/// Sleeps until `at`, or forever when there is none.
+pub async fn sleep_until_some(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,

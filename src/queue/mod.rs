@@ -5,16 +5,21 @@
 //! No proto type reaches this module: `api.rs` converts.
 
 pub mod api;
+pub mod watch;
 
 use std::{sync::Arc, time::Duration};
 
 use prost::bytes::Bytes;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::{
     error::{Error, Result},
     lock::new_token,
-    redis::{keys::QueueKeys, Redis, Script},
+    redis::{events::EventSink, keys::QueueKeys, Redis, Script},
+    time::until_ms,
 };
+use watch::QueueWatch;
 
 /// Most tasks in one `Enqueue`.
 pub const MAX_BATCH: usize = 1000;
@@ -34,7 +39,10 @@ pub const REPLY_BUDGET_BYTES: usize = 4 * 1024 * 1024 - 64 * 1024;
 
 macro_rules! queue_script {
     ($file:literal) => {
-        Script::new($file, concat!(include_str!("prelude.lua"), include_str!($file)))
+        Script::new(
+            $file,
+            concat!(include_str!("prelude.lua"), include_str!($file)),
+        )
     };
 }
 
@@ -112,7 +120,12 @@ impl TaskState {
             b"ready" => TaskState::Ready,
             b"in_flight" => TaskState::InFlight,
             b"dead" => TaskState::Dead,
-            other => return Err(Error::Internal(format!("unknown task state {:?}", String::from_utf8_lossy(other)))),
+            other => {
+                return Err(Error::Internal(format!(
+                    "unknown task state {:?}",
+                    String::from_utf8_lossy(other)
+                )))
+            }
         })
     }
 }
@@ -234,12 +247,57 @@ pub struct Stats {
 pub struct QueueStore {
     redis: Redis,
     scripts: Arc<QueueScripts>,
+    /// This replica's calls waiting on queues, woken by pub/sub.
+    watch: Arc<QueueWatch>,
 }
 
 impl QueueStore {
-    /// A store on `redis`.
+    /// A store on `redis`; route [`QueueStore::event_route`] to it for wake-ups.
     pub fn new(redis: Redis) -> Self {
-        Self { redis, scripts: Arc::new(QueueScripts::new()) }
+        Self {
+            redis,
+            scripts: Arc::new(QueueScripts::new()),
+            watch: Arc::default(),
+        }
+    }
+
+    /// The pub/sub channel this store listens on, and where its messages go.
+    pub fn event_route(&self) -> (String, Arc<dyn EventSink>) {
+        (self.redis.keys.queue_changed_channel(), self.watch.clone())
+    }
+
+    /// Takes READY tasks, waiting up to `wait` for one (long-poll). Wakes on the
+    /// queue's pub/sub message or at the next due time / lease end, never on a tick.
+    pub async fn lease_waiting(
+        &self,
+        queue: &str,
+        spec: &LeaseSpec,
+        wait: Duration,
+        deadline: Option<Instant>,
+        cancel: &CancellationToken,
+    ) -> Result<Vec<Task>> {
+        let until = Instant::now() + wait;
+        let changed = self.watch.watch(self.keys(queue).pending());
+        loop {
+            // Registered before the look, so a message sent during it is not missed.
+            let notified = changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let leased = self.lease(queue, spec, "").await?;
+            if !leased.tasks.is_empty() || Instant::now() >= until {
+                return Ok(leased.tasks);
+            }
+            let next = leased
+                .next_due_ms
+                .map(|ms| Instant::now() + until_ms(ms) + Duration::from_millis(1));
+            tokio::select! {
+                () = notified => {}
+                () = crate::lock::sleep_until_some(next) => {}
+                () = tokio::time::sleep_until(until) => {}
+                () = crate::lock::sleep_until_some(deadline) => return Err(Error::DeadlineExceeded),
+                () = cancel.cancelled() => return Err(Error::ShuttingDown),
+            }
+        }
     }
 
     /// The scripts, for loading at boot.
@@ -263,7 +321,8 @@ impl QueueStore {
     pub async fn enqueue(&self, queue: &str, tasks: &[NewTask]) -> Result<Vec<Enqueued>> {
         let keys = self.keys(queue);
         let mut call = Self::call(&self.scripts.enqueue, &keys);
-        call.arg(self.redis.keys.queue_changed_channel()).arg(keys.pending());
+        call.arg(self.redis.keys.queue_changed_channel())
+            .arg(keys.pending());
         for task in tasks {
             let (kind, value) = match task.schedule {
                 Schedule::Now => ("n", 0),
@@ -280,12 +339,21 @@ impl QueueStore {
         }
         let reply: Vec<i64> = self.redis.invoke(&call).await?;
         if reply.len() != tasks.len() * 3 {
-            return Err(Error::Internal(format!("enqueue replied {} values for {} tasks", reply.len(), tasks.len())));
+            return Err(Error::Internal(format!(
+                "enqueue replied {} values for {} tasks",
+                reply.len(),
+                tasks.len()
+            )));
         }
         Ok(tasks
             .iter()
             .zip(reply.chunks(3))
-            .map(|(task, r)| Enqueued { id: task.id.clone(), created: r[0] == 1, replaced: r[1] == 1, due_at_ms: r[2] })
+            .map(|(task, r)| Enqueued {
+                id: task.id.clone(),
+                created: r[0] == 1,
+                replaced: r[1] == 1,
+                due_at_ms: r[2],
+            })
             .collect())
     }
 
@@ -301,7 +369,10 @@ impl QueueStore {
             .arg(worker);
         let reply: Vec<redis::Value> = self.redis.invoke(&call).await?;
         let next_due = int(reply.first())?;
-        Ok(Leased { tasks: rows(&reply[1..])?, next_due_ms: (next_due >= 0).then_some(next_due) })
+        Ok(Leased {
+            tasks: rows(&reply[1..])?,
+            next_due_ms: (next_due >= 0).then_some(next_due),
+        })
     }
 
     /// Finishes deliveries; one flag per receipt.
@@ -334,7 +405,12 @@ impl QueueStore {
     }
 
     /// Pushes a live delivery's lease end to now + `visibility`; the new end.
-    pub async fn extend_lease(&self, queue: &str, receipt: &str, visibility: Duration) -> Result<Option<i64>> {
+    pub async fn extend_lease(
+        &self,
+        queue: &str,
+        receipt: &str,
+        visibility: Duration,
+    ) -> Result<Option<i64>> {
         let keys = self.keys(queue);
         let mut call = Self::call(&self.scripts.extend_lease, &keys);
         call.arg(receipt).arg(visibility.as_millis() as u64);
@@ -346,7 +422,9 @@ impl QueueStore {
     pub async fn peek(&self, queue: &str, state: TaskState, limit: u32) -> Result<Vec<Task>> {
         let keys = self.keys(queue);
         let mut call = Self::call(&self.scripts.peek, &keys);
-        call.arg(state.as_script_arg()).arg(limit).arg(REPLY_BUDGET_BYTES);
+        call.arg(state.as_script_arg())
+            .arg(limit)
+            .arg(REPLY_BUDGET_BYTES);
         let reply: Vec<redis::Value> = self.redis.invoke(&call).await?;
         rows(&reply)
     }
@@ -365,7 +443,8 @@ impl QueueStore {
     pub async fn redrive(&self, queue: &str, ids: &[String]) -> Result<u64> {
         let keys = self.keys(queue);
         let mut call = Self::call(&self.scripts.redrive, &keys);
-        call.arg(self.redis.keys.queue_changed_channel()).arg(keys.pending());
+        call.arg(self.redis.keys.queue_changed_channel())
+            .arg(keys.pending());
         for id in ids {
             call.arg(id);
         }
@@ -393,8 +472,11 @@ impl QueueStore {
 
 /// Decodes rows of 9 values (see `row()` in prelude.lua).
 fn rows(values: &[redis::Value]) -> Result<Vec<Task>> {
-    if values.len() % 9 != 0 {
-        return Err(Error::Internal(format!("task rows of {} values", values.len())));
+    if !values.len().is_multiple_of(9) {
+        return Err(Error::Internal(format!(
+            "task rows of {} values",
+            values.len()
+        )));
     }
     values
         .chunks(9)

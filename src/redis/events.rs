@@ -28,11 +28,11 @@ pub struct Events {
 }
 
 impl Events {
-    /// Spawns the subscriber task for `channels` on `url`, running until shutdown.
+    /// Spawns the subscriber task on `url`, running until shutdown; each channel's
+    /// messages go to its sink.
     pub fn spawn(
         url: String,
-        channels: Vec<String>,
-        sink: Arc<dyn EventSink>,
+        routes: Vec<(String, Arc<dyn EventSink>)>,
         shutdown: &Shutdown,
     ) -> Self {
         let events = Self::default();
@@ -40,7 +40,7 @@ impl Events {
         let task_shutdown = shutdown.clone();
         shutdown.spawn(async move {
             tokio::select! {
-                () = run(url, channels, sink, resubscribe) => {}
+                () = run(url, routes, resubscribe) => {}
                 () = task_shutdown.cancelled() => {}
             }
         });
@@ -53,24 +53,27 @@ impl Events {
     }
 }
 
-async fn run(
-    url: String,
-    channels: Vec<String>,
-    sink: Arc<dyn EventSink>,
-    resubscribe: Arc<Notify>,
-) {
+async fn run(url: String, routes: Vec<(String, Arc<dyn EventSink>)>, resubscribe: Arc<Notify>) {
+    let channels: Vec<String> = routes.iter().map(|(channel, _)| channel.clone()).collect();
     let mut backoff = Duration::from_millis(50);
     loop {
         match subscribe(&url, &channels).await {
             Ok(pubsub) => {
                 backoff = Duration::from_millis(50);
                 tracing::debug!(channels = channels.len(), "pub/sub subscribed");
-                sink.on_subscribed();
+                for (_, sink) in &routes {
+                    sink.on_subscribed();
+                }
                 let mut messages = pubsub.into_on_message();
                 loop {
                     tokio::select! {
                         message = messages.next() => match message {
-                            Some(message) => sink.on_message(message.get_channel_name(), message.get_payload_bytes()),
+                            Some(message) => {
+                                let channel = message.get_channel_name();
+                                if let Some((_, sink)) = routes.iter().find(|(name, _)| name == channel) {
+                                    sink.on_message(channel, message.get_payload_bytes());
+                                }
+                            }
                             None => break,
                         },
                         () = resubscribe.notified() => break,

@@ -69,8 +69,10 @@ impl Keys {
     pub fn queue(&self, name: &str) -> QueueKeys {
         let base = format!("{}:queue:{{{}}}", self.prefix, encode(name));
         QueueKeys {
-            all: ["pending", "inflight", "dead", "tasks", "payloads", "reserved", "seq"]
-                .map(|part| format!("{base}:{part}")),
+            all: [
+                "pending", "inflight", "dead", "tasks", "payloads", "reserved", "seq",
+            ]
+            .map(|part| format!("{base}:{part}")),
         }
     }
 
@@ -171,7 +173,10 @@ mod tests {
             let tag = hash_tag(queue.pending());
             assert!(queue.all.iter().all(|key| hash_tag(key) == tag), "{name}");
         }
-        assert_eq!(keys.queue("mail:{eu}").pending(), "turnstile:queue:{mail:%7Beu%7D}:pending");
+        assert_eq!(
+            keys.queue("mail:{eu}").pending(),
+            "turnstile:queue:{mail:%7Beu%7D}:pending"
+        );
     }
 
     #[test]

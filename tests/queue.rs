@@ -1,0 +1,736 @@
+//! QueueService over real gRPC against a real redis-server: one test per guarantee of
+//! the contract's unary RPCs (../shared/design/API.md, "turnstile.v1.QueueService").
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{ms, unix_ms, TestRedis, TestResult, TestServer};
+use tonic::{transport::Channel, Code};
+use turnstile::pb::{
+    queue_service_client::QueueServiceClient, task_spec::Schedule, AckRequest, CancelRequest,
+    DuplicatePolicy, EnqueueRequest, EnqueueResult, ExtendLeaseRequest, LeaseRequest, NackRequest,
+    PeekRequest, RedriveRequest, StatsRequest, StatsResponse, Task, TaskSpec, TaskState,
+};
+
+type Queues = QueueServiceClient<Channel>;
+
+fn spec(id: &str, payload: &str) -> TaskSpec {
+    TaskSpec {
+        id: id.into(),
+        payload: payload.as_bytes().to_vec().into(),
+        ..Default::default()
+    }
+}
+
+fn delayed(id: &str, delay_ms: i64) -> TaskSpec {
+    TaskSpec {
+        schedule: Some(Schedule::Delay(ms(delay_ms).unwrap())),
+        ..spec(id, id)
+    }
+}
+
+async fn enqueue(
+    queues: &mut Queues,
+    tasks: Vec<TaskSpec>,
+) -> Result<Vec<EnqueueResult>, tonic::Status> {
+    Ok(queues
+        .enqueue(EnqueueRequest {
+            queue: "q".into(),
+            tasks,
+        })
+        .await?
+        .into_inner()
+        .results)
+}
+
+fn lease_request(max_tasks: u32, visibility_ms: i64) -> LeaseRequest {
+    LeaseRequest {
+        queue: "q".into(),
+        max_tasks,
+        visibility: ms(visibility_ms),
+        wait: None,
+        auto_ack: false,
+    }
+}
+
+async fn lease(
+    queues: &mut Queues,
+    max_tasks: u32,
+    visibility_ms: i64,
+) -> Result<Vec<Task>, tonic::Status> {
+    Ok(queues
+        .lease(lease_request(max_tasks, visibility_ms))
+        .await?
+        .into_inner()
+        .tasks)
+}
+
+async fn ack(queues: &mut Queues, receipts: &[&str]) -> Result<Vec<bool>, tonic::Status> {
+    let receipts = receipts.iter().map(|r| r.to_string()).collect();
+    Ok(queues
+        .ack(AckRequest {
+            queue: "q".into(),
+            receipts,
+        })
+        .await?
+        .into_inner()
+        .acked)
+}
+
+async fn stats(queues: &mut Queues) -> Result<StatsResponse, tonic::Status> {
+    Ok(queues
+        .stats(StatsRequest { queue: "q".into() })
+        .await?
+        .into_inner())
+}
+
+async fn peek(
+    queues: &mut Queues,
+    state: TaskState,
+    limit: u32,
+) -> Result<Vec<Task>, tonic::Status> {
+    Ok(queues
+        .peek(PeekRequest {
+            queue: "q".into(),
+            state: state as i32,
+            limit,
+        })
+        .await?
+        .into_inner()
+        .tasks)
+}
+
+fn ids(tasks: &[Task]) -> Vec<&str> {
+    tasks.iter().map(|t| t.id.as_str()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_enqueued_task_is_leased_with_a_receipt_and_gone_after_ack() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    let results = enqueue(
+        &mut queues,
+        vec![spec("t1", "hello"), spec("", "anonymous")],
+    )
+    .await?;
+    assert!(results[0].created && !results[0].replaced && results[0].id == "t1");
+    assert!(
+        results[1].created && results[1].id.len() >= 16,
+        "server-made id {:?}",
+        results[1].id
+    );
+    let tasks = lease(&mut queues, 1, 30_000).await?;
+    assert_eq!(ids(&tasks), ["t1"]);
+    let task = &tasks[0];
+    assert_eq!(&task.payload[..], b"hello");
+    assert_eq!(task.state, TaskState::InFlight as i32);
+    assert_eq!((task.attempt, task.max_attempts), (1, 25));
+    assert!(!task.receipt.is_empty());
+    assert!(unix_ms(&task.lease_expires_at) > turnstile::time::now_ms() + 25_000);
+    assert_eq!(ack(&mut queues, &[&task.receipt]).await?, [true]);
+    assert_eq!(
+        ack(&mut queues, &[&task.receipt]).await?,
+        [false],
+        "a second ack is stale"
+    );
+    let depth = stats(&mut queues).await?;
+    assert_eq!(
+        (depth.ready, depth.delayed, depth.in_flight, depth.dead),
+        (1, 0, 0, 0)
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delayed_task_is_not_leased_before_it_is_due() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    let due = enqueue(&mut queues, vec![delayed("later", 400)]).await?[0]
+        .due_at
+        .clone();
+    assert!(lease(&mut queues, 10, 30_000).await?.is_empty());
+    let depth = stats(&mut queues).await?;
+    assert_eq!((depth.ready, depth.delayed), (0, 1));
+    assert_eq!(depth.next_due_at, due);
+    let waiting = peek(&mut queues, TaskState::Delayed, 10).await?;
+    assert_eq!(ids(&waiting), ["later"]);
+    assert_eq!(waiting[0].state, TaskState::Delayed as i32);
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    assert_eq!(ids(&lease(&mut queues, 10, 30_000).await?), ["later"]);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn earliest_due_leaves_first_and_equal_due_times_leave_in_enqueue_order() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    let at = prost_types::Timestamp {
+        seconds: 1_700_000_000,
+        nanos: 0,
+    };
+    let same = |id: String| TaskSpec {
+        schedule: Some(Schedule::DueAt(at)),
+        ..spec(&id, "x")
+    };
+    let batch: Vec<TaskSpec> = (0..30).map(|n| same(format!("a{n:02}"))).collect();
+    enqueue(&mut queues, batch).await?;
+    for n in 30..40 {
+        enqueue(&mut queues, vec![same(format!("a{n:02}"))]).await?;
+    }
+    // Due now, but a past due_at is READY at once and ordered by that past time.
+    enqueue(&mut queues, vec![spec("now", "x")]).await?;
+    let older = prost_types::Timestamp {
+        seconds: 1_600_000_000,
+        nanos: 0,
+    };
+    enqueue(
+        &mut queues,
+        vec![TaskSpec {
+            schedule: Some(Schedule::DueAt(older)),
+            ..spec("oldest", "x")
+        }],
+    )
+    .await?;
+    let tasks = lease(&mut queues, 100, 30_000).await?;
+    let mut want = vec!["oldest".to_owned()];
+    want.extend((0..40).map(|n| format!("a{n:02}")));
+    want.push("now".into());
+    assert_eq!(ids(&tasks), want);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_id_is_kept_by_default_and_replaced_only_when_not_in_flight() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    enqueue(&mut queues, vec![spec("d", "first")]).await?;
+    let kept = &enqueue(&mut queues, vec![spec("d", "second")]).await?[0];
+    assert!(!kept.created && !kept.replaced);
+    let replace = |payload: &str| TaskSpec {
+        on_duplicate: DuplicatePolicy::Replace as i32,
+        ..spec("d", payload)
+    };
+    let replaced = &enqueue(&mut queues, vec![replace("third")]).await?[0];
+    assert!(!replaced.created && replaced.replaced);
+    let tasks = lease(&mut queues, 10, 30_000).await?;
+    assert_eq!(tasks.len(), 1);
+    assert_eq!(&tasks[0].payload[..], b"third");
+    // In flight: left alone by both policies.
+    let in_flight = &enqueue(&mut queues, vec![replace("fourth")]).await?[0];
+    assert!(!in_flight.created && !in_flight.replaced);
+    assert_eq!(ack(&mut queues, &[&tasks[0].receipt]).await?, [true]);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dedupe_window_refuses_a_late_duplicate_after_ack_cancel_or_auto_ack() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    let windowed = |id: &str| TaskSpec {
+        dedupe_window: ms(500),
+        ..spec(id, "x")
+    };
+    enqueue(&mut queues, vec![windowed("acked"), windowed("cancelled")]).await?;
+    let tasks = lease(&mut queues, 1, 30_000).await?;
+    assert_eq!(ack(&mut queues, &[&tasks[0].receipt]).await?, [true]);
+    queues
+        .cancel(CancelRequest {
+            queue: "q".into(),
+            ids: vec!["cancelled".into()],
+        })
+        .await?;
+    enqueue(&mut queues, vec![windowed("popped")]).await?;
+    let popped = queues
+        .lease(LeaseRequest {
+            auto_ack: true,
+            ..lease_request(1, 30_000)
+        })
+        .await?
+        .into_inner()
+        .tasks;
+    assert_eq!(ids(&popped), ["popped"]);
+    for id in ["acked", "cancelled", "popped"] {
+        let late = &enqueue(&mut queues, vec![windowed(id)]).await?[0];
+        assert!(
+            !late.created && !late.replaced,
+            "{id} accepted inside its window"
+        );
+        let replace = TaskSpec {
+            on_duplicate: DuplicatePolicy::Replace as i32,
+            ..windowed(id)
+        };
+        let late = &enqueue(&mut queues, vec![replace]).await?[0];
+        assert!(
+            !late.created && !late.replaced,
+            "{id} replaced inside its window"
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(550)).await;
+    assert!(enqueue(&mut queues, vec![windowed("acked")]).await?[0].created);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_lease_redelivers_with_a_new_receipt_and_the_old_one_is_stale() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    let due = enqueue(&mut queues, vec![spec("v", "x")]).await?[0]
+        .due_at
+        .clone();
+    let first = lease(&mut queues, 1, 200).await?.remove(0);
+    assert!(
+        lease(&mut queues, 1, 200).await?.is_empty(),
+        "leased twice at once"
+    );
+    // The worker died: nothing acks; the lease runs out and the task comes back.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let second = lease(&mut queues, 1, 30_000).await?.remove(0);
+    assert_eq!(second.id, "v");
+    assert_eq!(second.attempt, 2);
+    assert_ne!(second.receipt, first.receipt);
+    assert_eq!(second.due_at, due, "given back at its original due time");
+    assert_eq!(ack(&mut queues, &[&first.receipt]).await?, [false]);
+    let nack = queues
+        .nack(NackRequest {
+            queue: "q".into(),
+            receipt: first.receipt.clone(),
+            delay: None,
+        })
+        .await?;
+    assert!(!nack.get_ref().requeued && !nack.get_ref().dead);
+    let extend = ExtendLeaseRequest {
+        queue: "q".into(),
+        receipt: first.receipt.clone(),
+        visibility: ms(1_000),
+    };
+    assert!(!queues.extend_lease(extend).await?.into_inner().extended);
+    assert_eq!(ack(&mut queues, &[&second.receipt]).await?, [true]);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extend_lease_keeps_a_long_task_leased() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    enqueue(&mut queues, vec![spec("long", "x")]).await?;
+    let task = lease(&mut queues, 1, 200).await?.remove(0);
+    let extend = ExtendLeaseRequest {
+        queue: "q".into(),
+        receipt: task.receipt.clone(),
+        visibility: ms(5_000),
+    };
+    let extended = queues.extend_lease(extend).await?.into_inner();
+    assert!(extended.extended);
+    assert!(unix_ms(&extended.lease_expires_at) > turnstile::time::now_ms() + 4_000);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(lease(&mut queues, 1, 200).await?.is_empty());
+    assert_eq!(ack(&mut queues, &[&task.receipt]).await?, [true]);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nack_requeues_until_max_attempts_then_the_task_is_dead_until_redriven() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    enqueue(
+        &mut queues,
+        vec![TaskSpec {
+            max_attempts: 2,
+            ..spec("flaky", "x")
+        }],
+    )
+    .await?;
+    let first = lease(&mut queues, 1, 30_000).await?.remove(0);
+    let nack = |receipt: String, delay| NackRequest {
+        queue: "q".into(),
+        receipt,
+        delay: ms(delay),
+    };
+    let requeued = queues
+        .nack(nack(first.receipt.clone(), 200))
+        .await?
+        .into_inner();
+    assert!(requeued.requeued && !requeued.dead);
+    assert!(
+        lease(&mut queues, 1, 30_000).await?.is_empty(),
+        "due again only after the nack delay"
+    );
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let second = lease(&mut queues, 1, 30_000).await?.remove(0);
+    assert_eq!(second.attempt, 2);
+    let dead = queues
+        .nack(nack(second.receipt.clone(), 0))
+        .await?
+        .into_inner();
+    assert!(dead.dead && !dead.requeued);
+    assert!(lease(&mut queues, 1, 30_000).await?.is_empty());
+    let depth = stats(&mut queues).await?;
+    assert_eq!((depth.ready, depth.in_flight, depth.dead), (0, 0, 1));
+    let corpses = peek(&mut queues, TaskState::Dead, 10).await?;
+    assert_eq!(ids(&corpses), ["flaky"]);
+    assert_eq!(corpses[0].state, TaskState::Dead as i32);
+    let redriven = queues
+        .redrive(RedriveRequest {
+            queue: "q".into(),
+            ids: vec![],
+        })
+        .await?
+        .into_inner();
+    assert_eq!(redriven.redriven, 1);
+    let again = lease(&mut queues, 1, 30_000).await?.remove(0);
+    assert_eq!((again.id.as_str(), again.attempt), ("flaky", 1));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_lease_on_the_last_attempt_makes_the_task_dead() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    enqueue(
+        &mut queues,
+        vec![TaskSpec {
+            max_attempts: 1,
+            ..spec("once", "x")
+        }],
+    )
+    .await?;
+    lease(&mut queues, 1, 100).await?;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(stats(&mut queues).await?.dead, 1);
+    // A DEAD task comes back to life with REPLACE, its attempts reset.
+    let replace = TaskSpec {
+        on_duplicate: DuplicatePolicy::Replace as i32,
+        ..spec("once", "fixed")
+    };
+    assert!(enqueue(&mut queues, vec![replace]).await?[0].replaced);
+    let task = lease(&mut queues, 1, 30_000).await?.remove(0);
+    assert_eq!((&task.payload[..], task.attempt), (&b"fixed"[..], 1));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_removes_waiting_tasks_and_leaves_in_flight_ones_alone() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    enqueue(
+        &mut queues,
+        vec![spec("a", "x"), spec("b", "x"), delayed("c", 60_000)],
+    )
+    .await?;
+    let leased = lease(&mut queues, 1, 30_000).await?.remove(0);
+    let ids_to_cancel = vec!["a".into(), "b".into(), "c".into(), "missing".into()];
+    let cancelled = queues
+        .cancel(CancelRequest {
+            queue: "q".into(),
+            ids: ids_to_cancel,
+        })
+        .await?
+        .into_inner();
+    assert_eq!(cancelled.cancelled, ["b", "c"]);
+    assert_eq!(ack(&mut queues, &[&leased.receipt]).await?, [true]);
+    let depth = stats(&mut queues).await?;
+    assert_eq!(
+        (depth.ready, depth.delayed, depth.in_flight, depth.dead),
+        (0, 0, 0, 0)
+    );
+    let status = queues
+        .cancel(CancelRequest {
+            queue: "q".into(),
+            ids: vec![],
+        })
+        .await
+        .unwrap_err();
+    assert!(status.code() == Code::InvalidArgument && status.message().starts_with("ids:"));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_and_peek_agree_with_what_lease_then_returns() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    let mut batch: Vec<TaskSpec> = (0..5).map(|n| spec(&format!("r{n}"), "x")).collect();
+    batch.push(delayed("d1", 60_000));
+    batch.push(delayed("d2", 120_000));
+    let results = enqueue(&mut queues, batch).await?;
+    let depth = stats(&mut queues).await?;
+    assert_eq!(
+        (depth.ready, depth.delayed, depth.in_flight, depth.dead),
+        (5, 2, 0, 0)
+    );
+    assert_eq!(depth.oldest_ready_at, results[0].due_at);
+    assert_eq!(depth.next_due_at, results[5].due_at);
+    let peeked = peek(&mut queues, TaskState::Unspecified, 0).await?;
+    assert!(peeked
+        .iter()
+        .all(|t| t.receipt.is_empty() && t.state == TaskState::Ready as i32));
+    let leased = lease(&mut queues, 10, 30_000).await?;
+    assert_eq!(ids(&peeked), ids(&leased));
+    assert_eq!(
+        ids(&peek(&mut queues, TaskState::InFlight, 10).await?),
+        ids(&leased)
+    );
+    assert_eq!(stats(&mut queues).await?.in_flight, 5);
+    assert_eq!(
+        ids(&peek(&mut queues, TaskState::Delayed, 1).await?),
+        ["d1"]
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_ack_pops_at_most_once() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    enqueue(&mut queues, vec![spec("p1", "x"), spec("p2", "x")]).await?;
+    let popped = queues
+        .lease(LeaseRequest {
+            auto_ack: true,
+            ..lease_request(5, 100)
+        })
+        .await?
+        .into_inner()
+        .tasks;
+    assert_eq!(ids(&popped), ["p1", "p2"]);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        lease(&mut queues, 5, 100).await?.is_empty(),
+        "an auto-acked task came back"
+    );
+    let depth = stats(&mut queues).await?;
+    assert_eq!((depth.ready, depth.in_flight), (0, 0));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_returns_fewer_tasks_rather_than_a_reply_over_4_mib() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    let big = vec![7u8; 1024 * 1024];
+    for n in 0..5 {
+        let task = TaskSpec {
+            id: format!("big{n}"),
+            payload: big.clone().into(),
+            ..Default::default()
+        };
+        assert!(
+            enqueue(&mut queues, vec![task]).await?[0].created,
+            "exactly 1 MiB is accepted"
+        );
+    }
+    let over = TaskSpec {
+        id: "over".into(),
+        payload: vec![0u8; 1024 * 1024 + 1].into(),
+        ..Default::default()
+    };
+    let status = enqueue(&mut queues, vec![over]).await.unwrap_err();
+    assert!(
+        status.code() == Code::InvalidArgument && status.message().starts_with("payload:"),
+        "{status:?}"
+    );
+    let first = lease(&mut queues, 10, 30_000).await?;
+    assert_eq!(
+        first.len(),
+        3,
+        "three 1 MiB payloads fit under 4 MiB, four do not"
+    );
+    let peeked = peek(&mut queues, TaskState::Ready, 10).await?;
+    assert_eq!(peeked.len(), 2);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_lease_returns_as_soon_as_a_task_is_enqueued_or_falls_due() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut producer = server.queues().await;
+    let mut worker = server.queues().await;
+    let waiting = tokio::spawn(async move {
+        let request = LeaseRequest {
+            wait: ms(5_000),
+            ..lease_request(1, 30_000)
+        };
+        let tasks = worker.lease(request).await.map(|r| r.into_inner().tasks);
+        (tasks, Instant::now(), worker)
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let sent = Instant::now();
+    enqueue(&mut producer, vec![spec("pushed", "x")]).await?;
+    let (tasks, got, mut worker) = waiting.await?;
+    assert_eq!(ids(&tasks?), ["pushed"]);
+    assert!(
+        got - sent < Duration::from_millis(100),
+        "woken {:?} after the enqueue",
+        got - sent
+    );
+
+    let due = enqueue(&mut producer, vec![delayed("timed", 300)]).await?[0]
+        .due_at
+        .clone();
+    let request = LeaseRequest {
+        wait: ms(5_000),
+        ..lease_request(1, 30_000)
+    };
+    let tasks = worker.lease(request).await?.into_inner().tasks;
+    let late = turnstile::time::now_ms() - unix_ms(&due);
+    assert_eq!(ids(&tasks), ["timed"]);
+    assert!((0..100).contains(&late), "delivered {late} ms after due");
+
+    let started = Instant::now();
+    let request = LeaseRequest {
+        wait: ms(300),
+        ..lease_request(1, 30_000)
+    };
+    assert!(worker.lease(request).await?.into_inner().tasks.is_empty());
+    assert!(started.elapsed() >= Duration::from_millis(290));
+    Ok(())
+}
+
+/// Asserts INVALID_ARGUMENT whose message starts with `field:`.
+fn expect<T: std::fmt::Debug>(result: Result<tonic::Response<T>, tonic::Status>, field: &str) {
+    let status = result.unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{field}: {status:?}");
+    assert!(
+        status.message().starts_with(&format!("{field}:")),
+        "{field}: {}",
+        status.message()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_queue_input_is_invalid_argument_naming_the_field() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    let enq = |queue: &str, tasks: Vec<TaskSpec>| EnqueueRequest {
+        queue: queue.into(),
+        tasks,
+    };
+    expect(queues.enqueue(enq("", vec![spec("a", "x")])).await, "queue");
+    expect(queues.enqueue(enq("q", vec![])).await, "tasks");
+    expect(
+        queues
+            .enqueue(enq(
+                "q",
+                (0..1001).map(|n| spec(&n.to_string(), "x")).collect(),
+            ))
+            .await,
+        "tasks",
+    );
+    expect(
+        queues.enqueue(enq("q", vec![spec("bad\nid", "x")])).await,
+        "id",
+    );
+    expect(
+        queues.enqueue(enq("q", vec![delayed("neg", -1)])).await,
+        "delay",
+    );
+    let bad_policy = TaskSpec {
+        on_duplicate: 9,
+        ..spec("p", "x")
+    };
+    expect(
+        queues.enqueue(enq("q", vec![bad_policy])).await,
+        "on_duplicate",
+    );
+    let bad_window = TaskSpec {
+        dedupe_window: ms(-5),
+        ..spec("w", "x")
+    };
+    expect(
+        queues.enqueue(enq("q", vec![bad_window])).await,
+        "dedupe_window",
+    );
+    expect(
+        queues
+            .lease(LeaseRequest {
+                max_tasks: 1001,
+                ..lease_request(1, 1_000)
+            })
+            .await,
+        "max_tasks",
+    );
+    expect(queues.lease(lease_request(1, 0)).await, "visibility");
+    expect(
+        queues
+            .lease(LeaseRequest {
+                wait: ms(-1),
+                ..lease_request(1, 1_000)
+            })
+            .await,
+        "wait",
+    );
+    expect(
+        queues
+            .ack(AckRequest {
+                queue: "q".into(),
+                receipts: vec![String::new()],
+            })
+            .await,
+        "receipts",
+    );
+    expect(
+        queues
+            .nack(NackRequest {
+                queue: "q".into(),
+                receipt: String::new(),
+                delay: None,
+            })
+            .await,
+        "receipt",
+    );
+    let nack = NackRequest {
+        queue: "q".into(),
+        receipt: "r".into(),
+        delay: ms(-1),
+    };
+    expect(queues.nack(nack).await, "delay");
+    let extend = ExtendLeaseRequest {
+        queue: "q".into(),
+        receipt: "r".into(),
+        visibility: ms(0),
+    };
+    expect(queues.extend_lease(extend).await, "visibility");
+    expect(
+        queues
+            .peek(PeekRequest {
+                queue: "q".into(),
+                state: 0,
+                limit: 1001,
+            })
+            .await,
+        "limit",
+    );
+    expect(
+        queues
+            .peek(PeekRequest {
+                queue: "q".into(),
+                state: 42,
+                limit: 1,
+            })
+            .await,
+        "state",
+    );
+    expect(
+        queues
+            .stats(StatsRequest {
+                queue: "x".repeat(513),
+            })
+            .await,
+        "queue",
+    );
+    Ok(())
+}
