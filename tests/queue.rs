@@ -148,9 +148,7 @@ async fn a_delayed_task_is_not_leased_before_it_is_due() -> TestResult {
     let redis = TestRedis::start().await;
     let server = TestServer::start(&redis).await;
     let mut queues = server.queues().await;
-    let due = enqueue(&mut queues, vec![delayed("later", 400)]).await?[0]
-        .due_at
-        .clone();
+    let due = enqueue(&mut queues, vec![delayed("later", 400)]).await?[0].due_at;
     assert!(lease(&mut queues, 10, 30_000).await?.is_empty());
     let depth = stats(&mut queues).await?;
     assert_eq!((depth.ready, depth.delayed), (0, 1));
@@ -281,9 +279,7 @@ async fn an_expired_lease_redelivers_with_a_new_receipt_and_the_old_one_is_stale
     let redis = TestRedis::start().await;
     let server = TestServer::start(&redis).await;
     let mut queues = server.queues().await;
-    let due = enqueue(&mut queues, vec![spec("v", "x")]).await?[0]
-        .due_at
-        .clone();
+    let due = enqueue(&mut queues, vec![spec("v", "x")]).await?[0].due_at;
     let first = lease(&mut queues, 1, 200).await?.remove(0);
     assert!(
         lease(&mut queues, 1, 200).await?.is_empty(),
@@ -577,9 +573,7 @@ async fn a_waiting_lease_returns_as_soon_as_a_task_is_enqueued_or_falls_due() ->
         got - sent
     );
 
-    let due = enqueue(&mut producer, vec![delayed("timed", 300)]).await?[0]
-        .due_at
-        .clone();
+    let due = enqueue(&mut producer, vec![delayed("timed", 300)]).await?[0].due_at;
     let request = LeaseRequest {
         wait: ms(5_000),
         ..lease_request(1, 30_000)
