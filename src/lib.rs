@@ -8,8 +8,8 @@
 //! - [`redis`]: the pool, keys, scripts, the embedded `redis-server` and pub/sub wake-ups.
 //! - [`lock`]: `LockStore` (the domain) and `LockApi` (the gRPC adapter), plus `Hold`.
 //! - [`queue`]: `QueueApi` (the gRPC adapter of the queue service).
-//! - [`error`], [`validate`], [`deadline`], [`limits`], [`shutdown`], [`health`],
-//!   [`metrics`]: the pieces every RPC shares.
+//! - [`error`], [`validate`], [`deadline`], [`rpc`], [`limits`], [`shutdown`],
+//!   [`health`], [`metrics`]: the pieces every RPC shares.
 
 pub mod config;
 pub mod deadline;
@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod pb;
 pub mod queue;
 pub mod redis;
+pub mod rpc;
 pub mod server;
 pub mod shutdown;
 pub mod time;

@@ -1,9 +1,8 @@
 //! `LockApi` implements the generated `LockService`: validate and convert the request,
 //! call `LockStore`, convert the answer. Nothing else happens here.
 
-use std::{future::Future, pin::Pin, time::Duration};
+use std::{pin::Pin, time::Duration};
 
-use tokio::sync::oneshot;
 use tokio_stream::{wrappers::ReceiverStream, Stream, StreamExt};
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
@@ -16,6 +15,7 @@ use crate::{
     deadline,
     error::{Error, Result},
     pb::{self, lock_service_server::LockService},
+    rpc::{self, record, reply, within},
     time::timestamp_from_ms,
     validate::{self, DurationRule},
 };
@@ -45,66 +45,26 @@ impl LockApi {
         Self { store, heartbeat }
     }
 
-    /// Runs the (maybe waiting) acquire on its own task, so that a caller that goes away
-    /// mid-script cannot leave a lock behind: the task releases what nobody will read.
+    /// Runs the (maybe waiting) acquire detached from the caller: a lock won for a
+    /// caller who went away is released again.
     async fn acquire_detached(
         &self,
         spec: AcquireSpec,
         deadline: Option<tokio::time::Instant>,
     ) -> Result<AcquireOutcome> {
-        let stop = Stop {
-            deadline,
-            cancel: self.store.shutdown().child_token(),
-        };
-        // Dropping this handler (client cancel, tonic's own timeout) ends the wait.
-        let caller_gone = stop.cancel.clone().drop_guard();
-        let (tx, rx) = oneshot::channel();
         let store = self.store.clone();
-        self.store.shutdown().spawn(
-            async move {
-                let result = store.acquire(&spec, &stop).await;
-                if let Err(Ok(AcquireOutcome::Acquired(lease))) = tx.send(result) {
-                    store.give_back(&spec.name, &lease.token).await;
+        let giver = self.store.clone();
+        let name = spec.name.clone();
+        rpc::detached(
+            self.store.shutdown(),
+            move |cancel| async move { store.acquire(&spec, &Stop { deadline, cancel }).await },
+            move |outcome| async move {
+                if let AcquireOutcome::Acquired(lease) = outcome {
+                    giver.give_back(&name, &lease.token).await;
                 }
-            }
-            .in_current_span(),
-        );
-        let result = rx
-            .await
-            .map_err(|_| Error::Internal("acquire task ended without an answer".into()))?;
-        caller_gone.disarm();
-        result
-    }
-}
-
-/// Races a non-waiting call against the caller's deadline, so a slow Redis answers
-/// UNAVAILABLE before the caller gives up instead of a bare CANCELLED.
-async fn within<T>(
-    deadline: Option<tokio::time::Instant>,
-    call: impl Future<Output = Result<T>>,
-) -> Result<T> {
-    match deadline {
-        Some(at) => tokio::time::timeout_at(at, call).await.unwrap_or_else(|_| {
-            Err(Error::Unavailable(
-                "redis did not answer before the deadline".into(),
-            ))
-        }),
-        None => call.await,
-    }
-}
-
-/// Logs the error once, where the RPC ends, and converts it.
-fn reply<T>(result: Result<T>) -> Result<Response<T>, Status> {
-    match result {
-        Ok(message) => Ok(Response::new(message)),
-        Err(err) => {
-            match &err {
-                Error::Unavailable(_) => tracing::warn!(cause = %err, "rpc failed"),
-                Error::Internal(_) => tracing::error!(cause = %err, "rpc failed"),
-                _ => tracing::debug!(cause = %err, "rpc refused"),
-            }
-            Err(err.into())
-        }
+            },
+        )
+        .await
     }
 }
 
@@ -130,10 +90,6 @@ fn acquire_spec(
         wait: validate::duration("wait", wait, WAIT)?,
         request_id: validate::optional_id("request_id", request_id)?.to_owned(),
     })
-}
-
-fn record(field: &'static str, value: &str) {
-    tracing::Span::current().record(field, value);
 }
 
 type HoldStream = Pin<Box<dyn Stream<Item = Result<pb::HoldResponse, Status>> + Send>>;

@@ -2,12 +2,10 @@
 //! call `QueueStore`, convert the answer. `Subscribe` is not built yet and answers
 //! UNIMPLEMENTED (the rest of the queue issue).
 
-use std::{future::Future, pin::Pin, time::Duration};
+use std::{pin::Pin, time::Duration};
 
-use tokio::sync::oneshot;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
-use tracing::Instrument;
 
 use super::{
     LeaseSpec, Nacked, NewTask, QueueStore, Schedule, Task, TaskState, DEFAULT_MAX_ATTEMPTS,
@@ -18,6 +16,7 @@ use crate::{
     error::{Error, Result},
     lock::{new_token, MAX_WAIT},
     pb::{self, queue_service_server::QueueService},
+    rpc::{self, record, reply, within},
     shutdown::Shutdown,
     time::{ms_from_timestamp, timestamp_from_ms},
     validate::{self, DurationRule},
@@ -52,8 +51,9 @@ impl QueueApi {
         Self { store, shutdown }
     }
 
-    /// Runs the (maybe waiting) lease on its own task: deliveries that the caller is no
-    /// longer there to receive are given back at once (they count as attempts).
+    /// Runs the (maybe waiting) lease detached from the caller: deliveries that the
+    /// caller is no longer there to receive are given back at once (they count as
+    /// attempts, like any delivery that ends without an ack).
     async fn lease_detached(
         &self,
         queue: String,
@@ -61,63 +61,22 @@ impl QueueApi {
         wait: Duration,
         deadline: Option<tokio::time::Instant>,
     ) -> Result<Vec<Task>> {
-        let cancel = self.shutdown.child_token();
-        let caller_gone = cancel.clone().drop_guard();
-        let (tx, rx) = oneshot::channel();
         let store = self.store.clone();
-        self.shutdown.spawn(
-            async move {
-                let result = store.lease_waiting(&queue, &spec, wait, deadline, &cancel).await;
-                if let Err(Ok(tasks)) = tx.send(result) {
-                    for task in tasks.iter().filter(|task| !task.receipt.is_empty()) {
-                        if let Err(err) = store.nack(&queue, &task.receipt, Duration::ZERO).await {
-                            tracing::warn!(queue, cause = %err, "could not give back an unread delivery");
-                        }
+        let giver = self.store.clone();
+        let name = queue.clone();
+        rpc::detached(
+            &self.shutdown,
+            move |cancel| async move { store.lease_waiting(&queue, &spec, wait, deadline, &cancel).await },
+            move |tasks: Vec<Task>| async move {
+                for task in tasks.iter().filter(|task| !task.receipt.is_empty()) {
+                    if let Err(err) = giver.nack(&name, &task.receipt, Duration::ZERO).await {
+                        tracing::warn!(queue = name, cause = %err, "could not give back an unread delivery");
                     }
                 }
-            }
-            .in_current_span(),
-        );
-        let result = rx
-            .await
-            .map_err(|_| Error::Internal("lease task ended without an answer".into()))?;
-        caller_gone.disarm();
-        result
+            },
+        )
+        .await
     }
-}
-
-/// Races a call against the caller's deadline (UNAVAILABLE rather than a bare CANCELLED).
-async fn within<T>(
-    deadline: Option<tokio::time::Instant>,
-    call: impl Future<Output = Result<T>>,
-) -> Result<T> {
-    match deadline {
-        Some(at) => tokio::time::timeout_at(at, call).await.unwrap_or_else(|_| {
-            Err(Error::Unavailable(
-                "redis did not answer before the deadline".into(),
-            ))
-        }),
-        None => call.await,
-    }
-}
-
-/// Logs the error once, where the RPC ends, and converts it.
-fn reply<T>(result: Result<T>) -> Result<Response<T>, Status> {
-    match result {
-        Ok(message) => Ok(Response::new(message)),
-        Err(err) => {
-            match &err {
-                Error::Unavailable(_) => tracing::warn!(cause = %err, "rpc failed"),
-                Error::Internal(_) => tracing::error!(cause = %err, "rpc failed"),
-                _ => tracing::debug!(cause = %err, "rpc refused"),
-            }
-            Err(err.into())
-        }
-    }
-}
-
-fn record(field: &'static str, value: &str) {
-    tracing::Span::current().record(field, value);
 }
 
 fn queue_name(queue: &str) -> Result<&str> {
