@@ -73,7 +73,8 @@ impl Waiters {
     }
 
     /// How many calls wait on `key` here.
-    pub fn len(&self, key: &str) -> usize {
+    #[cfg(test)]
+    fn len(&self, key: &str) -> usize {
         self.lock().get(key).map_or(0, VecDeque::len)
     }
 

@@ -14,23 +14,14 @@ local max_tasks, visibility, auto_ack = tonumber(ARGV[1]), tonumber(ARGV[2]), AR
 local budget = tonumber(ARGV[4])
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, max_tasks)
 local out = {0}
-local used = 0
-for n, member in ipairs(due) do
-  local id = id_of(member)
-  local meta = load(id)
-  local payload = redis.call('HGET', KEYS[5], id) or ''
-  used = used + #payload + #id + 128
-  if n > 1 and used > budget then
-    break
-  end
+each_within_budget(due, budget, function(member, id, meta, payload)
   redis.call('ZREM', KEYS[1], member)
   meta.att = meta.att + 1
+  meta.st = 'f'
   if auto_ack then
     forget(id, meta, now)
-    meta.st = 'f'
   else
-    meta.st = 'f'
-    meta.rcpt = ARGV[5] .. string.format('%x', n) .. ':' .. id
+    meta.rcpt = ARGV[5] .. string.format('%x', #out) .. ':' .. id
     meta.lexp = now + visibility
     if ARGV[6] ~= '' then
       meta.w = ARGV[6]
@@ -38,11 +29,10 @@ for n, member in ipairs(due) do
     store(id, meta)
     redis.call('ZADD', KEYS[2], meta.lexp, member)
   end
-  local r = row(id, meta, payload, now)
-  for _, v in ipairs(r) do
+  for _, v in ipairs(row(id, meta, payload, now)) do
     table.insert(out, v)
   end
-end
+end)
 local next_due = -1
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if first[2] then

@@ -19,18 +19,10 @@ else
   members = redis.call('ZRANGE', KEYS[3], 0, limit - 1)
 end
 local out = {}
-local used = 0
-for n, member in ipairs(members) do
-  local id = id_of(member)
-  local meta = load(id)
-  local payload = redis.call('HGET', KEYS[5], id) or ''
-  used = used + #payload + #id + 128
-  if n > 1 and used > budget then
-    break
-  end
+each_within_budget(members, budget, function(_, id, meta, payload)
   meta.rcpt = nil
   for _, v in ipairs(row(id, meta, payload, now)) do
     table.insert(out, v)
   end
-end
+end)
 return out

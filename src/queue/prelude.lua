@@ -100,6 +100,21 @@ local function forget(id, meta, now)
   end
 end
 
+-- Calls visit(id, meta, payload) for each member in order while the payloads fit
+-- in budget bytes; the first one is always visited, so a reply is never empty.
+local function each_within_budget(members, budget, visit)
+  local used = 0
+  for n, member in ipairs(members) do
+    local id = id_of(member)
+    local payload = redis.call('HGET', KEYS[5], id) or ''
+    used = used + #payload + #id + 128
+    if n > 1 and used > budget then
+      return
+    end
+    visit(member, id, load(id), payload)
+  end
+end
+
 -- One task as a reply row: id, payload, state, due, enq, att, max, receipt, lease end.
 local function row(id, meta, payload, now)
   local state = 'ready'

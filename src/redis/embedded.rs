@@ -125,11 +125,6 @@ impl EmbeddedRedis {
         &self.url
     }
 
-    /// The child's process id.
-    pub fn pid(&self) -> Option<u32> {
-        self.child.id()
-    }
-
     async fn wait_until_ready(&mut self) -> Result<(), String> {
         let client = redis::Client::open(self.url.as_str()).map_err(|err| err.to_string())?;
         let started = tokio::time::Instant::now();

@@ -87,14 +87,6 @@ impl Keys {
     pub fn slot_freed_channel(&self) -> String {
         format!("{}:events:slot-freed", self.prefix)
     }
-
-    /// The lock name back from a lock key (the inverse of [`Keys::lock`]).
-    pub fn lock_name(&self, lock_key: &str) -> Option<String> {
-        let rest = lock_key
-            .strip_prefix(&self.prefix)?
-            .strip_prefix(":lock:{")?;
-        decode(rest.strip_suffix('}')?)
-    }
 }
 
 /// Percent-encodes the three characters that could move or break a hash tag.
@@ -111,27 +103,36 @@ fn encode(name: &str) -> String {
     out
 }
 
-fn decode(encoded: &str) -> Option<String> {
-    let mut out = String::with_capacity(encoded.len());
-    let mut rest = encoded;
-    while let Some(at) = rest.find('%') {
-        out.push_str(&rest[..at]);
-        let code = rest.get(at + 1..at + 3)?;
-        out.push(match code {
-            "25" => '%',
-            "7B" => '{',
-            "7D" => '}',
-            _ => return None,
-        });
-        rest = &rest[at + 3..];
-    }
-    out.push_str(rest);
-    Some(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The inverse of `encode`: a round trip proves no two names share a key.
+    fn decode(encoded: &str) -> Option<String> {
+        let mut out = String::with_capacity(encoded.len());
+        let mut rest = encoded;
+        while let Some(at) = rest.find('%') {
+            out.push_str(&rest[..at]);
+            let code = rest.get(at + 1..at + 3)?;
+            out.push(match code {
+                "25" => '%',
+                "7B" => '{',
+                "7D" => '}',
+                _ => return None,
+            });
+            rest = &rest[at + 3..];
+        }
+        out.push_str(rest);
+        Some(out)
+    }
+
+    /// The lock name back from a lock key.
+    fn lock_name(keys: &Keys, lock_key: &str) -> Option<String> {
+        let rest = lock_key
+            .strip_prefix(&keys.prefix)?
+            .strip_prefix(":lock:{")?;
+        decode(rest.strip_suffix('}')?)
+    }
 
     /// The hash tag Redis Cluster would use for `key`: the text between the first `{`
     /// and the next `}`, when non-empty.
@@ -161,7 +162,7 @@ mod tests {
             let lock = keys.lock(name);
             assert_eq!(hash_tag(&lock.lock), hash_tag(&lock.fence), "{name}");
             assert!(!hash_tag(&lock.lock).contains(['{', '}']), "{name}");
-            assert_eq!(keys.lock_name(&lock.lock).as_deref(), Some(name));
+            assert_eq!(lock_name(&keys, &lock.lock).as_deref(), Some(name));
         }
     }
 
