@@ -17,7 +17,7 @@ use crate::{
     lock::{api::LockApi, LockStore},
     metrics,
     pb::{self, lock_service_server::LockServiceServer, queue_service_server::QueueServiceServer},
-    queue::{api::QueueApi, QueueStore},
+    queue::{api::QueueApi, scheduler::Scheduler, QueueStore},
     redis::{
         embedded::{Bind, EmbeddedOptions, EmbeddedRedis},
         events::Events,
@@ -82,9 +82,20 @@ async fn serve(
     if let Err(err) = redis.load_scripts(&queues.scripts().all()).await {
         tracing::warn!(cause = %err, "queue scripts not loaded at boot; they load on first use");
     }
+    let scheduler = Scheduler::new(
+        queues.clone(),
+        limits.clone(),
+        shutdown.clone(),
+        config.stream_heartbeat,
+        config.reattach_grace,
+    );
     let events = Events::spawn(
         url.to_owned(),
-        vec![locks.event_route(), queues.event_route()],
+        vec![
+            locks.event_route(),
+            queues.event_route(),
+            scheduler.event_route(),
+        ],
         shutdown,
     );
 
@@ -145,6 +156,7 @@ async fn serve(
         )))
         .add_service(QueueServiceServer::new(QueueApi::new(
             queues,
+            scheduler,
             shutdown.clone(),
         )))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), draining)

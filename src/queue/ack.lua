@@ -8,7 +8,7 @@ local out = {}
 for i = 2, #ARGV do
   local id, meta = delivery(ARGV[i], now)
   if id then
-    redis.call('ZREM', KEYS[2], member_of(meta, id))
+    unlease(id, meta)
     forget(id, meta, now)
     if meta.w then
       redis.call('PUBLISH', ARGV[1], meta.w)

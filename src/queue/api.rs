@@ -1,13 +1,14 @@
 //! `QueueApi` implements the generated `QueueService`: validate and convert the request,
-//! call `QueueStore`, convert the answer. `Subscribe` is not built yet and answers
-//! UNIMPLEMENTED (the rest of the queue issue).
+//! call `QueueStore` (or the `Scheduler`, for Subscribe), convert the answer.
 
-use std::{pin::Pin, time::Duration};
+use std::{pin::Pin, sync::Arc, time::Duration};
 
-use tokio_stream::Stream;
+use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
 use super::{
+    scheduler::Scheduler,
+    subscribe::{SubscribeEvent, SubscribeSpec},
     LeaseSpec, Nacked, NewTask, QueueStore, Schedule, Task, TaskState, DEFAULT_MAX_ATTEMPTS,
     DEFAULT_VISIBILITY, MAX_BATCH, MAX_DURATION, MAX_PAYLOAD_BYTES, MAX_TASKS,
 };
@@ -42,13 +43,19 @@ const DELAY: DurationRule = DurationRule {
 #[derive(Clone)]
 pub struct QueueApi {
     store: QueueStore,
+    /// Feeds the Subscribe streams.
+    scheduler: Arc<Scheduler>,
     shutdown: Shutdown,
 }
 
 impl QueueApi {
-    /// The service over `store`.
-    pub fn new(store: QueueStore, shutdown: Shutdown) -> Self {
-        Self { store, shutdown }
+    /// The service over `store`, with Subscribe streams fed by `scheduler`.
+    pub fn new(store: QueueStore, scheduler: Arc<Scheduler>, shutdown: Shutdown) -> Self {
+        Self {
+            store,
+            scheduler,
+            shutdown,
+        }
     }
 
     /// Runs the (maybe waiting) lease detached from the caller: deliveries that the
@@ -431,10 +438,40 @@ impl QueueService for QueueApi {
 
     type SubscribeStream = SubscribeStream;
 
+    #[tracing::instrument(name = "Subscribe", skip_all, fields(queue))]
     async fn subscribe(
         &self,
-        _: Request<pb::SubscribeRequest>,
+        request: Request<pb::SubscribeRequest>,
     ) -> Result<Response<Self::SubscribeStream>, Status> {
-        Err(Status::unimplemented("Subscribe is not implemented yet"))
+        let request = request.into_inner();
+        let subscription = reply((|| {
+            let queue = queue_name(&request.queue)?;
+            let worker_id = validate::optional_id("worker_id", &request.worker_id)?;
+            let spec = SubscribeSpec {
+                max_in_flight: validate::count(
+                    "max_in_flight",
+                    request.max_in_flight,
+                    1,
+                    MAX_TASKS,
+                )?,
+                visibility: validate::duration(
+                    "visibility",
+                    request.visibility.as_ref(),
+                    VISIBILITY,
+                )?,
+                worker_id: (!worker_id.is_empty()).then(|| worker_id.to_owned()),
+            };
+            self.scheduler.subscribe(queue, spec)
+        })())?;
+        let stream = subscription.into_inner().map(|event| {
+            let event = match event.map_err(Status::from)? {
+                SubscribeEvent::Task(task) => pb::subscribe_response::Event::Task(task_message(task)),
+                SubscribeEvent::Heartbeat => pb::subscribe_response::Event::Heartbeat(pb::Heartbeat {
+                    sent_at: Some(timestamp_from_ms(crate::time::now_ms())),
+                }),
+            };
+            Ok(pb::SubscribeResponse { event: Some(event) })
+        });
+        Ok(Response::new(Box::pin(stream)))
     }
 }

@@ -3,7 +3,7 @@
 -- KEYS[1..7] as in prelude.lua
 -- ARGV[1] max_tasks, ARGV[2] visibility ms, ARGV[3] auto_ack ('1'/'0'),
 -- ARGV[4] the most payload bytes to return (always at least one task),
--- ARGV[5] receipt prefix (random, per call), ARGV[6] worker tag ('' for none)
+-- ARGV[5] receipt prefix (random, per call)
 -- Clock: Redis TIME.
 -- Returns {next_due, rows...}: next_due is the score of the first pending task not
 -- taken (or of the first lease to expire, if sooner; -1 if none), then 9 per task
@@ -23,9 +23,6 @@ each_within_budget(due, budget, function(member, id, meta, payload)
   else
     meta.rcpt = ARGV[5] .. string.format('%x', #out) .. ':' .. id
     meta.lexp = now + visibility
-    if ARGV[6] ~= '' then
-      meta.w = ARGV[6]
-    end
     store(id, meta)
     redis.call('ZADD', KEYS[2], meta.lexp, member)
   end

@@ -5,6 +5,8 @@
 //! No proto type reaches this module: `api.rs` converts.
 
 pub mod api;
+pub mod scheduler;
+pub mod subscribe;
 pub mod watch;
 
 use std::{sync::Arc, time::Duration};
@@ -58,6 +60,9 @@ pub struct QueueScripts {
     cancel: Script,
     redrive: Script,
     stats: Script,
+    dispatch: Script,
+    attach: Script,
+    detach: Script,
 }
 
 impl QueueScripts {
@@ -72,11 +77,14 @@ impl QueueScripts {
             cancel: queue_script!("cancel.lua"),
             redrive: queue_script!("redrive.lua"),
             stats: queue_script!("stats.lua"),
+            dispatch: queue_script!("dispatch.lua"),
+            attach: queue_script!("attach.lua"),
+            detach: queue_script!("detach.lua"),
         }
     }
 
     /// Every script, for `SCRIPT LOAD` at boot.
-    pub fn all(&self) -> [&Script; 9] {
+    pub fn all(&self) -> [&Script; 12] {
         [
             &self.enqueue,
             &self.lease,
@@ -87,6 +95,9 @@ impl QueueScripts {
             &self.cancel,
             &self.redrive,
             &self.stats,
+            &self.dispatch,
+            &self.attach,
+            &self.detach,
         ]
     }
 }
@@ -214,6 +225,34 @@ pub struct Leased {
     pub next_due_ms: Option<i64>,
 }
 
+/// One Subscribe stream as the dispatch script sees it.
+#[derive(Clone, Debug)]
+pub struct StreamSlots {
+    /// The tag its deliveries are indexed by (`w:<worker_id>` or `s:<session>`).
+    pub tag: String,
+    /// This stream's session: a newer stream of the same worker takes its tasks over.
+    pub session: String,
+    /// Most unacked deliveries.
+    pub max_in_flight: u32,
+    /// Lease length.
+    pub visibility: Duration,
+}
+
+/// What one `dispatch` script call did.
+#[derive(Clone, Debug)]
+pub struct Dispatched {
+    /// Redis' clock when it ran (Unix ms): timers count from here, not our clock.
+    pub now_ms: i64,
+    /// The earliest due time left in pending (may be <= now when slots ran out).
+    pub next_pending_ms: Option<i64>,
+    /// The earliest lease end.
+    pub next_lease_end_ms: Option<i64>,
+    /// Each stream's deliveries held after the call, in the order given.
+    pub held: Vec<u32>,
+    /// The deliveries: index of the stream (in the order given) and the task.
+    pub tasks: Vec<(usize, Task)>,
+}
+
 /// How `Nack` ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Nacked {
@@ -266,6 +305,17 @@ impl QueueStore {
         (self.redis.keys.queue_changed_channel(), self.watch.clone())
     }
 
+    /// The wake-up of `queue`: notified when its tasks become due or are scheduled (or
+    /// when messages may have been missed).
+    pub fn changes(&self, queue: &str) -> Arc<tokio::sync::Notify> {
+        self.watch.watch(self.keys(queue).pending())
+    }
+
+    /// The channel on which Ack/Nack announce a freed Subscribe slot (message: tag).
+    pub fn slot_freed_channel(&self) -> String {
+        self.redis.keys.slot_freed_channel()
+    }
+
     /// Takes READY tasks, waiting up to `wait` for one (long-poll). Wakes on the
     /// queue's pub/sub message or at the next due time / lease end, never on a tick.
     pub async fn lease_waiting(
@@ -277,13 +327,13 @@ impl QueueStore {
         cancel: &CancellationToken,
     ) -> Result<Vec<Task>> {
         let until = Instant::now() + wait;
-        let changed = self.watch.watch(self.keys(queue).pending());
+        let changed = self.changes(queue);
         loop {
             // Registered before the look, so a message sent during it is not missed.
             let notified = changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let leased = self.lease(queue, spec, "").await?;
+            let leased = self.lease(queue, spec).await?;
             if !leased.tasks.is_empty() || Instant::now() >= until {
                 return Ok(leased.tasks);
             }
@@ -358,21 +408,93 @@ impl QueueStore {
     }
 
     /// One attempt to take READY tasks (no waiting).
-    pub async fn lease(&self, queue: &str, spec: &LeaseSpec, worker: &str) -> Result<Leased> {
+    pub async fn lease(&self, queue: &str, spec: &LeaseSpec) -> Result<Leased> {
         let keys = self.keys(queue);
         let mut call = Self::call(&self.scripts.lease, &keys);
         call.arg(spec.max_tasks)
             .arg(spec.visibility.as_millis() as u64)
             .arg(if spec.auto_ack { "1" } else { "0" })
             .arg(REPLY_BUDGET_BYTES)
-            .arg(new_token())
-            .arg(worker);
+            .arg(new_token());
         let reply: Vec<redis::Value> = self.redis.invoke(&call).await?;
         let next_due = int(reply.first())?;
         Ok(Leased {
             tasks: rows(&reply[1..])?,
             next_due_ms: (next_due >= 0).then_some(next_due),
         })
+    }
+
+    /// Leases READY tasks round-robin to Subscribe streams with free slots.
+    pub async fn dispatch(&self, queue: &str, streams: &[StreamSlots]) -> Result<Dispatched> {
+        let keys = self.keys(queue);
+        let mut call = Self::call(&self.scripts.dispatch, &keys);
+        call.arg(new_token()).arg(REPLY_BUDGET_BYTES);
+        for stream in streams {
+            call.arg(&stream.tag)
+                .arg(&stream.session)
+                .arg(stream.max_in_flight)
+                .arg(stream.visibility.as_millis() as u64);
+        }
+        let reply: Vec<redis::Value> = self.redis.invoke(&call).await?;
+        let head = 3 + streams.len();
+        if reply.len() < head || !(reply.len() - head).is_multiple_of(10) {
+            return Err(Error::Internal(format!(
+                "dispatch replied {} values for {} streams",
+                reply.len(),
+                streams.len()
+            )));
+        }
+        let optional = |value| int(Some(value)).map(|n| (n >= 0).then_some(n));
+        let mut tasks = Vec::with_capacity((reply.len() - head) / 10);
+        for chunk in reply[head..].chunks(10) {
+            let stream = int(Some(&chunk[0]))? as usize;
+            if stream == 0 || stream > streams.len() {
+                return Err(Error::Internal(format!("dispatch named stream {stream}")));
+            }
+            let task = rows(&chunk[1..])?.pop();
+            tasks.extend(task.map(|task| (stream - 1, task)));
+        }
+        Ok(Dispatched {
+            now_ms: int(reply.first())?,
+            next_pending_ms: optional(&reply[1])?,
+            next_lease_end_ms: optional(&reply[2])?,
+            held: reply[3..head]
+                .iter()
+                .map(|v| int(Some(v)).map(|n| n as u32))
+                .collect::<Result<_>>()?,
+            tasks,
+        })
+    }
+
+    /// A re-subscribed worker takes over its live deliveries (same receipts), leased
+    /// to `stream` for its visibility from now.
+    pub async fn attach(&self, queue: &str, stream: &StreamSlots) -> Result<Vec<Task>> {
+        let keys = self.keys(queue);
+        let mut call = Self::call(&self.scripts.attach, &keys);
+        call.arg(&stream.tag)
+            .arg(&stream.session)
+            .arg(stream.visibility.as_millis() as u64);
+        let reply: Vec<redis::Value> = self.redis.invoke(&call).await?;
+        rows(&reply)
+    }
+
+    /// Ended streams' deliveries go back now (`grace` zero) or stay leased to their
+    /// tag for `grace`; (given back, kept).
+    pub async fn detach(
+        &self,
+        queue: &str,
+        streams: &[(String, String)],
+        grace: Duration,
+    ) -> Result<(u64, u64)> {
+        let keys = self.keys(queue);
+        let mut call = Self::call(&self.scripts.detach, &keys);
+        call.arg(self.redis.keys.queue_changed_channel())
+            .arg(keys.pending())
+            .arg(grace.as_millis() as u64);
+        for (tag, session) in streams {
+            call.arg(tag).arg(session);
+        }
+        self.redis.invoke(&call).await
     }
 
     /// Finishes deliveries; one flag per receipt.

@@ -10,7 +10,7 @@ local id, meta = delivery(ARGV[1], now)
 if not id then
   return {0, 0}
 end
-redis.call('ZREM', KEYS[2], member_of(meta, id))
+unlease(id, meta)
 local worker = meta.w
 local state = give_back(id, meta, now + tonumber(ARGV[2]))
 if worker then

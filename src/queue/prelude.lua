@@ -5,11 +5,14 @@
 --                           due <= now is READY, later is DELAYED
 --   KEYS[2] inflight  zset  same members, score = lease end (Unix ms)
 --   KEYS[3] dead      zset  same members, score = due (Unix ms)
---   KEYS[4] tasks     hash  id -> cjson meta {seq, due, enq, att, max, dd, st, rcpt, lexp}
---                           st: 'p' pending, 'f' in flight, 'd' dead
+--   KEYS[4] tasks     hash  id -> cjson meta {seq, due, enq, att, max, dd, st, rcpt, lexp, w, s}
+--                           st: 'p' pending, 'f' in flight, 'd' dead; w: the Subscribe
+--                           tag it is leased to, s: that stream's session
 --   KEYS[5] payloads  hash  id -> payload bytes
 --   KEYS[6] reserved  zset  id -> until (Unix ms): ids held by a dedupe window
 --   KEYS[7] seq       string, the enqueue counter (ties leave in enqueue order)
+--   KEYS[8] leased    zset  "<tag>\0<id>", all score 0: Subscribe deliveries by tag, so a
+--                           stream's count (ZLEXCOUNT) and tasks (ZRANGEBYLEX) are cheap
 -- Clock: Redis TIME, in ms.
 local function now_ms()
   local t = redis.call('TIME')
@@ -59,12 +62,27 @@ local function delivery(receipt, now)
   return id, meta
 end
 
+-- The lex range of a Subscribe tag's entries in KEYS[8]. Tags hold no control
+-- characters, so "\1" ends the range before any longer tag's entries begin.
+local function tag_range(tag)
+  return '[' .. tag .. '\0', '(' .. tag .. '\1'
+end
+
+-- Ends a delivery's lease records (inflight and the Subscribe index).
+local function unlease(id, meta)
+  redis.call('ZREM', KEYS[2], member_of(meta, id))
+  if meta.w then
+    redis.call('ZREM', KEYS[8], meta.w .. '\0' .. id)
+  end
+end
+
 -- A delivery that ended without an ack: back to pending at `due`, or dead when out
--- of attempts. The caller removed it from inflight.
+-- of attempts. The caller called unlease().
 local function give_back(id, meta, due)
   meta.rcpt = nil
   meta.lexp = nil
   meta.w = nil
+  meta.s = nil
   if meta.att >= meta.max then
     meta.st = 'd'
     redis.call('ZADD', KEYS[3], meta.due, member_of(meta, id))
@@ -82,10 +100,12 @@ local function reclaim(now)
   local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1000)
   for _, member in ipairs(expired) do
     local id = id_of(member)
-    redis.call('ZREM', KEYS[2], member)
     local meta = load(id)
     if meta then
+      unlease(id, meta)
       give_back(id, meta, meta.due)
+    else
+      redis.call('ZREM', KEYS[2], member)
     end
   end
   return #expired
@@ -100,8 +120,9 @@ local function forget(id, meta, now)
   end
 end
 
--- Calls visit(id, meta, payload) for each member in order while the payloads fit
--- in budget bytes; the first one is always visited, so a reply is never empty.
+-- Calls visit(member, id, meta, payload, n) for each member in order while the
+-- payloads fit in budget bytes; the first one is always visited, so a reply is
+-- never empty.
 local function each_within_budget(members, budget, visit)
   local used = 0
   for n, member in ipairs(members) do
@@ -111,7 +132,7 @@ local function each_within_budget(members, budget, visit)
     if n > 1 and used > budget then
       return
     end
-    visit(member, id, load(id), payload)
+    visit(member, id, load(id), payload, n)
   end
 end
 

@@ -26,8 +26,9 @@ pub struct LockKeys {
 /// each holds. The order is the order of `KEYS` in every queue script.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QueueKeys {
-    /// Every key, in script order: pending, inflight, dead, tasks, payloads, reserved, seq.
-    pub all: [String; 7],
+    /// Every key, in script order: pending, inflight, dead, tasks, payloads, reserved,
+    /// seq, leased.
+    pub all: [String; 8],
 }
 
 impl QueueKeys {
@@ -71,6 +72,7 @@ impl Keys {
         QueueKeys {
             all: [
                 "pending", "inflight", "dead", "tasks", "payloads", "reserved", "seq",
+                "leased",
             ]
             .map(|part| format!("{base}:{part}")),
         }

@@ -1,0 +1,36 @@
+-- detach.lua: a Subscribe stream ended. Its deliveries (those its session still
+-- holds: a newer stream of the same worker may have taken them over) go back at
+-- their original due time, or die on their last attempt; or, with a grace, stay
+-- leased to the tag until now + grace so the worker can re-attach.
+-- KEYS[1..8] as in prelude.lua
+-- ARGV[1] the queue-changed channel, ARGV[2] its message, ARGV[3] grace ms (0: give
+-- back now), then 2 per stream: tag, session
+-- Clock: Redis TIME.
+-- Returns {given back, kept for re-attach}.
+local now = now_ms()
+local grace = tonumber(ARGV[3])
+local returned, kept = 0, 0
+for i = 4, #ARGV, 2 do
+  local tag, session = ARGV[i], ARGV[i + 1]
+  for _, entry in ipairs(redis.call('ZRANGEBYLEX', KEYS[8], tag_range(tag))) do
+    local id = string.sub(entry, #tag + 2)
+    local meta = load(id)
+    if meta and meta.st == 'f' and meta.w == tag and meta.s == session then
+      if grace > 0 then
+        meta.lexp = now + grace
+        store(id, meta)
+        redis.call('ZADD', KEYS[2], 'XX', meta.lexp, member_of(meta, id))
+        kept = kept + 1
+      else
+        unlease(id, meta)
+        if give_back(id, meta, meta.due) == 'p' then
+          returned = returned + 1
+        end
+      end
+    end
+  end
+end
+if returned > 0 then
+  redis.call('PUBLISH', ARGV[1], ARGV[2])
+end
+return {returned, kept}
