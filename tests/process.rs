@@ -1,48 +1,22 @@
 //! The built binary as a user runs it: the embedded Redis default, the ready line, the
-//! metrics endpoint, SIGTERM draining to exit 0, and the error without redis-server.
+//! metrics endpoint, SIGTERM draining to exit 0, and the error without redis-server;
+//! and several server processes on one Redis: Subscribe delivers each task to exactly
+//! one worker, and a SIGKILLed server loses none of its deliveries.
 
 mod common;
 
 use std::{
-    io::{BufRead, BufReader, Read, Write},
+    io::{Read, Write},
     process::{Child, Command, Stdio},
     time::Duration,
 };
 
-use common::{TempDir, TestResult};
+use common::{json_field, ms, ready_line, ServerProcess, TempDir, TestRedis, TestResult, BIN};
 use tokio_stream::StreamExt;
-use turnstile::pb::{hold_response::Event, lock_service_client::LockServiceClient, HoldRequest};
-
-const BIN: &str = env!("CARGO_BIN_EXE_turnstile");
-
-/// Reads stderr lines until one contains `ready`; returns it (a thread keeps draining).
-fn ready_line(child: &mut Child) -> String {
-    let stderr = child.stderr.take().expect("piped stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    loop {
-        let line = rx
-            .recv_timeout(Duration::from_secs(30))
-            .expect("a ready line within 30 s");
-        if line.contains("\"ready\"") || line.contains(" ready ") {
-            return line;
-        }
-    }
-}
-
-/// The value of `"key":"value"` in a JSON log line.
-fn json_field(line: &str, key: &str) -> String {
-    let start = line
-        .find(&format!("\"{key}\":\""))
-        .unwrap_or_else(|| panic!("{key} in {line}"))
-        + key.len()
-        + 4;
-    line[start..].split('"').next().unwrap().to_owned()
-}
+use turnstile::pb::{
+    hold_response::Event, lock_service_client::LockServiceClient, subscribe_response, AckRequest,
+    EnqueueRequest, HoldRequest, LeaseRequest, StatsRequest, SubscribeRequest, TaskSpec,
+};
 
 fn sigterm(child: &Child) {
     let status = Command::new("kill")
@@ -155,4 +129,161 @@ fn serve_without_redis_server_on_path_says_how_to_fix_it() {
         "{stderr}"
     );
     assert!(last.contains("apt-get install redis-server"), "{stderr}");
+}
+
+fn tasks(from: usize, count: usize) -> Vec<TaskSpec> {
+    (from..from + count)
+        .map(|n| TaskSpec {
+            id: format!("t{n}"),
+            payload: n.to_string().into_bytes().into(),
+            ..Default::default()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_server_processes_and_four_subscribers_deliver_2000_tasks_exactly_once() -> TestResult {
+    const TOTAL: usize = 2000;
+    let redis = TestRedis::start().await;
+    let servers = [ServerProcess::start(&redis), ServerProcess::start(&redis)];
+    let delivered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut workers = Vec::new();
+    for w in 0..4 {
+        // Subscribed on one replica, acking through the other.
+        let mut queues = servers[w % 2].queues().await;
+        let mut acker = servers[(w + 1) % 2].queues().await;
+        let delivered = delivered.clone();
+        let mut stream = queues
+            .subscribe(SubscribeRequest {
+                queue: "drain".into(),
+                max_in_flight: 16,
+                visibility: ms(30_000),
+                worker_id: String::new(),
+            })
+            .await?
+            .into_inner();
+        workers.push(tokio::spawn(async move {
+            let mut seen = Vec::new();
+            while delivered.load(std::sync::atomic::Ordering::SeqCst) < TOTAL {
+                let Ok(event) =
+                    tokio::time::timeout(Duration::from_millis(200), stream.next()).await
+                else {
+                    continue;
+                };
+                let Some(subscribe_response::Event::Task(task)) = event.expect("open")?.event
+                else {
+                    continue;
+                };
+                delivered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let acked = acker
+                    .ack(AckRequest {
+                        queue: "drain".into(),
+                        receipts: vec![task.receipt],
+                    })
+                    .await?
+                    .into_inner()
+                    .acked;
+                assert_eq!(acked, [true]);
+                seen.push(task.id);
+            }
+            Ok::<_, tonic::Status>(seen)
+        }));
+    }
+    let mut producer = servers[0].queues().await;
+    for batch in 0..4 {
+        producer
+            .enqueue(EnqueueRequest {
+                queue: "drain".into(),
+                tasks: tasks(batch * 500, 500),
+            })
+            .await?;
+    }
+    let mut all = Vec::new();
+    let mut shares = Vec::new();
+    for worker in workers {
+        let seen = tokio::time::timeout(Duration::from_secs(60), worker).await???;
+        shares.push(seen.len());
+        all.extend(seen);
+    }
+    assert_eq!(all.len(), TOTAL, "deliveries (shares {shares:?})");
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), TOTAL, "distinct tasks delivered");
+    assert!(
+        shares.iter().all(|&n| n > 0),
+        "a worker got nothing: {shares:?}"
+    );
+    let stats = producer
+        .stats(StatsRequest {
+            queue: "drain".into(),
+        })
+        .await?
+        .into_inner();
+    assert_eq!(
+        (stats.ready, stats.delayed, stats.in_flight, stats.dead),
+        (0, 0, 0, 0)
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_killed_with_deliveries_in_flight_loses_none_of_them() -> TestResult {
+    let redis = TestRedis::start().await;
+    let mut doomed = ServerProcess::start(&redis);
+    let survivor = ServerProcess::start(&redis);
+    let mut queues = doomed.queues().await;
+    queues
+        .enqueue(EnqueueRequest {
+            queue: "crash".into(),
+            tasks: tasks(0, 3),
+        })
+        .await?;
+    let mut stream = queues
+        .subscribe(SubscribeRequest {
+            queue: "crash".into(),
+            max_in_flight: 3,
+            visibility: ms(500),
+            worker_id: String::new(),
+        })
+        .await?
+        .into_inner();
+    let mut held = 0;
+    while held < 3 {
+        let event = tokio::time::timeout(Duration::from_secs(5), stream.next())
+            .await?
+            .expect("open")?;
+        if let Some(subscribe_response::Event::Task(_)) = event.event {
+            held += 1;
+        }
+    }
+    doomed.kill();
+
+    // Nobody gave them back; their leases end and another replica hands them out.
+    let mut queues = survivor.queues().await;
+    let mut ids = Vec::new();
+    let started = std::time::Instant::now();
+    while ids.len() < 3 {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "got back {ids:?}"
+        );
+        let leased = queues
+            .lease(LeaseRequest {
+                queue: "crash".into(),
+                max_tasks: 3,
+                visibility: ms(30_000),
+                wait: ms(2_000),
+                auto_ack: false,
+            })
+            .await?
+            .into_inner()
+            .tasks;
+        for task in leased {
+            assert_eq!(task.attempt, 2, "{}", task.id);
+            ids.push(task.id);
+        }
+    }
+    ids.sort();
+    assert_eq!(ids, ["t0", "t1", "t2"]);
+    Ok(())
 }

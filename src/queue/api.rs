@@ -465,10 +465,14 @@ impl QueueService for QueueApi {
         })())?;
         let stream = subscription.into_inner().map(|event| {
             let event = match event.map_err(Status::from)? {
-                SubscribeEvent::Task(task) => pb::subscribe_response::Event::Task(task_message(task)),
-                SubscribeEvent::Heartbeat => pb::subscribe_response::Event::Heartbeat(pb::Heartbeat {
-                    sent_at: Some(timestamp_from_ms(crate::time::now_ms())),
-                }),
+                SubscribeEvent::Task(task) => {
+                    pb::subscribe_response::Event::Task(task_message(task))
+                }
+                SubscribeEvent::Heartbeat => {
+                    pb::subscribe_response::Event::Heartbeat(pb::Heartbeat {
+                        sent_at: Some(timestamp_from_ms(crate::time::now_ms())),
+                    })
+                }
             };
             Ok(pb::SubscribeResponse { event: Some(event) })
         });

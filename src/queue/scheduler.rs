@@ -368,14 +368,12 @@ impl Scheduler {
     }
 
     /// Hands one dispatch's tasks to their streams and records who is full now.
-    fn deliver(
-        feed: &Feed,
-        eligible: &[(u64, u64, StreamSlots)],
-        dispatched: Dispatched,
-    ) -> Next {
+    fn deliver(feed: &Feed, eligible: &[(u64, u64, StreamSlots)], dispatched: Dispatched) -> Next {
         // Counted from Redis' clock at the call, so a skewed local clock cannot make
         // the loop spin early or sleep late.
-        let at = |ms: i64| Instant::now() + Duration::from_millis((ms - dispatched.now_ms).max(0) as u64);
+        let at = |ms: i64| {
+            Instant::now() + Duration::from_millis((ms - dispatched.now_ms).max(0) as u64)
+        };
         let next = Next {
             pending: dispatched.next_pending_ms.map(at),
             lease_end: dispatched.next_lease_end_ms.map(at),

@@ -71,8 +71,7 @@ impl Keys {
         let base = format!("{}:queue:{{{}}}", self.prefix, encode(name));
         QueueKeys {
             all: [
-                "pending", "inflight", "dead", "tasks", "payloads", "reserved", "seq",
-                "leased",
+                "pending", "inflight", "dead", "tasks", "payloads", "reserved", "seq", "leased",
             ]
             .map(|part| format!("{base}:{part}")),
         }

@@ -4,8 +4,10 @@
 #![allow(dead_code)]
 
 use std::{
+    io::{BufRead, BufReader},
     net::SocketAddr,
     path::PathBuf,
+    process::{Child, Command, Stdio},
     sync::{
         atomic::{AtomicU32, Ordering},
         Once,
@@ -262,4 +264,84 @@ pub fn with_timeout<T>(message: T, timeout: Duration) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);
     request.set_timeout(timeout);
     request
+}
+
+/// The server binary of this build.
+pub const BIN: &str = env!("CARGO_BIN_EXE_turnstile");
+
+/// Reads stderr lines until one contains `ready`; returns it (a thread keeps draining).
+pub fn ready_line(child: &mut Child) -> String {
+    let stderr = child.stderr.take().expect("piped stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    loop {
+        let line = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("a ready line within 30 s");
+        if line.contains("\"ready\"") || line.contains(" ready ") {
+            return line;
+        }
+    }
+}
+
+/// The value of `"key":"value"` in a JSON log line.
+pub fn json_field(line: &str, key: &str) -> String {
+    let start = line
+        .find(&format!("\"{key}\":\""))
+        .unwrap_or_else(|| panic!("{key} in {line}"))
+        + key.len()
+        + 4;
+    line[start..].split('"').next().unwrap().to_owned()
+}
+
+/// The real binary serving on a free port against `redis`; SIGKILLed on drop.
+pub struct ServerProcess {
+    pub child: Child,
+    pub addr: String,
+}
+
+impl ServerProcess {
+    pub fn start(redis: &TestRedis) -> Self {
+        let mut child = Command::new(BIN)
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--metrics-listen",
+                "127.0.0.1:0",
+                "--log-format",
+                "json",
+                "--redis-url",
+                &redis.url(),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn turnstile");
+        let line = ready_line(&mut child);
+        let addr = json_field(&line, "addr");
+        Self { child, addr }
+    }
+
+    pub async fn queues(&self) -> QueueServiceClient<Channel> {
+        QueueServiceClient::connect(format!("http://{}", self.addr))
+            .await
+            .expect("connect")
+    }
+
+    /// SIGKILL, as a crash would, and reap it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
 }

@@ -1,0 +1,568 @@
+//! Subscribe streams over real gRPC against a real redis-server: flow control, give-back
+//! when a stream ends, re-attach by worker_id, prompt pushes, fairness, heartbeats, and
+//! the Redis cost of idle subscribers (../shared/design/API.md, `Subscribe`).
+//! Several server processes on one Redis: tests/process.rs.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{ms, unix_ms, TestRedis, TestResult, TestServer};
+use tokio_stream::StreamExt;
+use tonic::{transport::Channel, Code, Streaming};
+use turnstile::pb::{
+    queue_service_client::QueueServiceClient, subscribe_response::Event, task_spec::Schedule,
+    AckRequest, EnqueueRequest, LeaseRequest, NackRequest, StatsRequest, SubscribeRequest,
+    SubscribeResponse, Task, TaskSpec,
+};
+
+type Queues = QueueServiceClient<Channel>;
+
+fn subscribe_request(queue: &str, max_in_flight: u32, visibility_ms: i64) -> SubscribeRequest {
+    SubscribeRequest {
+        queue: queue.into(),
+        max_in_flight,
+        visibility: ms(visibility_ms),
+        worker_id: String::new(),
+    }
+}
+
+async fn subscribe(
+    queues: &mut Queues,
+    request: SubscribeRequest,
+) -> Result<Streaming<SubscribeResponse>, tonic::Status> {
+    Ok(queues.subscribe(request).await?.into_inner())
+}
+
+async fn enqueue(queues: &mut Queues, queue: &str, tasks: Vec<TaskSpec>) -> TestResult {
+    queues
+        .enqueue(EnqueueRequest {
+            queue: queue.into(),
+            tasks,
+        })
+        .await?;
+    Ok(())
+}
+
+fn task(id: &str) -> TaskSpec {
+    TaskSpec {
+        id: id.into(),
+        payload: id.as_bytes().to_vec().into(),
+        ..Default::default()
+    }
+}
+
+async fn ack(
+    queues: &mut Queues,
+    queue: &str,
+    receipts: &[&str],
+) -> Result<Vec<bool>, tonic::Status> {
+    Ok(queues
+        .ack(AckRequest {
+            queue: queue.into(),
+            receipts: receipts.iter().map(|r| r.to_string()).collect(),
+        })
+        .await?
+        .into_inner()
+        .acked)
+}
+
+/// The next task on the stream within `within` (heartbeats skipped), or None.
+async fn next_task(stream: &mut Streaming<SubscribeResponse>, within: Duration) -> Option<Task> {
+    let until = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(until, stream.next()).await {
+            Ok(Some(Ok(SubscribeResponse {
+                event: Some(Event::Task(task)),
+            }))) => return Some(task),
+            Ok(Some(Ok(_))) => continue,
+            Ok(Some(Err(status))) => panic!("stream failed: {status}"),
+            Ok(None) => panic!("stream ended"),
+            Err(_) => return None,
+        }
+    }
+}
+
+async fn next_tasks(stream: &mut Streaming<SubscribeResponse>, count: usize) -> Vec<Task> {
+    let mut tasks = Vec::new();
+    for _ in 0..count {
+        tasks.push(
+            next_task(stream, Duration::from_secs(5))
+                .await
+                .expect("a task within 5 s"),
+        );
+    }
+    tasks
+}
+
+async fn stats(queues: &mut Queues, queue: &str) -> Result<(u64, u64, u64, u64), tonic::Status> {
+    let s = queues
+        .stats(StatsRequest {
+            queue: queue.into(),
+        })
+        .await?
+        .into_inner();
+    Ok((s.ready, s.delayed, s.in_flight, s.dead))
+}
+
+#[tokio::test]
+async fn subscribe_never_pushes_more_than_max_in_flight_and_an_ack_or_nack_frees_a_slot(
+) -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    enqueue(
+        &mut queues,
+        "q",
+        (1..=5).map(|n| task(&format!("t{n}"))).collect(),
+    )
+    .await?;
+    let mut stream = subscribe(&mut queues, subscribe_request("q", 2, 30_000)).await?;
+
+    let first = next_tasks(&mut stream, 2).await;
+    assert_eq!(
+        first.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(),
+        ["t1", "t2"]
+    );
+    assert!(first
+        .iter()
+        .all(|t| !t.receipt.is_empty() && t.attempt == 1));
+    assert!(
+        next_task(&mut stream, Duration::from_millis(300))
+            .await
+            .is_none(),
+        "a third task arrived while two were unacked"
+    );
+    assert_eq!(stats(&mut queues, "q").await?, (3, 0, 2, 0));
+
+    assert_eq!(ack(&mut queues, "q", &[&first[0].receipt]).await?, [true]);
+    let third = next_task(&mut stream, Duration::from_secs(2))
+        .await
+        .expect("t3 after an ack");
+    assert_eq!(third.id, "t3");
+    assert!(next_task(&mut stream, Duration::from_millis(200))
+        .await
+        .is_none());
+
+    let nacked = queues
+        .nack(NackRequest {
+            queue: "q".into(),
+            receipt: first[1].receipt.clone(),
+            delay: ms(60_000),
+        })
+        .await?
+        .into_inner();
+    assert!(nacked.requeued);
+    let fourth = next_task(&mut stream, Duration::from_secs(2))
+        .await
+        .expect("t4 after a nack");
+    assert_eq!(fourth.id, "t4");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_closed_stream_gives_its_tasks_back_at_once_at_their_original_due_time() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    enqueue(&mut queues, "q", vec![task("a"), task("b"), task("c")]).await?;
+    let mut stream = subscribe(&mut queues, subscribe_request("q", 2, 60_000)).await?;
+    let held = next_tasks(&mut stream, 2).await;
+    drop(stream);
+
+    // Back long before the 60 s lease ends, ahead of "c" (original due order), and
+    // counted as an attempt.
+    let started = Instant::now();
+    let leased = queues
+        .lease(LeaseRequest {
+            queue: "q".into(),
+            max_tasks: 3,
+            visibility: ms(60_000),
+            wait: ms(5_000),
+            auto_ack: false,
+        })
+        .await?
+        .into_inner()
+        .tasks;
+    let mut tasks = leased;
+    while tasks.len() < 3 && started.elapsed() < Duration::from_secs(5) {
+        tasks.extend(
+            queues
+                .lease(LeaseRequest {
+                    queue: "q".into(),
+                    max_tasks: 3,
+                    visibility: ms(60_000),
+                    wait: ms(1_000),
+                    auto_ack: false,
+                })
+                .await?
+                .into_inner()
+                .tasks,
+        );
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        started.elapsed()
+    );
+    let ids: Vec<_> = tasks.iter().map(|t| (t.id.as_str(), t.attempt)).collect();
+    assert_eq!(ids, [("a", 2), ("b", 2), ("c", 1)]);
+    // The old receipts are stale.
+    assert_eq!(
+        ack(&mut queues, "q", &[&held[0].receipt, &held[1].receipt]).await?,
+        [false, false]
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_closed_stream_on_a_last_attempt_makes_the_task_dead() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    let last = TaskSpec {
+        max_attempts: 1,
+        ..task("once")
+    };
+    enqueue(&mut queues, "q", vec![last]).await?;
+    let mut stream = subscribe(&mut queues, subscribe_request("q", 1, 60_000)).await?;
+    next_tasks(&mut stream, 1).await;
+    drop(stream);
+    let started = Instant::now();
+    while stats(&mut queues, "q").await? != (0, 0, 0, 1) {
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "never went dead"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_unacked_subscribe_delivery_comes_back_when_its_lease_ends() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    enqueue(&mut queues, "q", vec![task("slow")]).await?;
+    let mut stream = subscribe(&mut queues, subscribe_request("q", 1, 300)).await?;
+    let first = next_tasks(&mut stream, 1).await.remove(0);
+    let again = next_task(&mut stream, Duration::from_secs(3))
+        .await
+        .expect("redelivered after the lease ended");
+    assert_eq!(again.id, "slow");
+    assert_eq!(again.attempt, 2);
+    assert_ne!(again.receipt, first.receipt);
+    let late = unix_ms(&again.lease_expires_at) - unix_ms(&first.lease_expires_at);
+    assert!(
+        late >= 300,
+        "redelivered {late} ms after the first lease end"
+    );
+    assert_eq!(ack(&mut queues, "q", &[&first.receipt]).await?, [false]);
+    assert_eq!(ack(&mut queues, "q", &[&again.receipt]).await?, [true]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_enqueued_task_and_a_delayed_one_reach_an_idle_subscriber_promptly() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    let mut stream = subscribe(&mut queues, subscribe_request("q", 10, 30_000)).await?;
+
+    for n in 0..5 {
+        let sent = Instant::now();
+        enqueue(&mut queues, "q", vec![task(&format!("now{n}"))]).await?;
+        next_task(&mut stream, Duration::from_secs(2))
+            .await
+            .expect("pushed");
+        assert!(
+            sent.elapsed() < Duration::from_millis(200),
+            "pickup took {:?}",
+            sent.elapsed()
+        );
+    }
+
+    let delays = [150, 300, 450, 600];
+    let tasks = delays
+        .iter()
+        .map(|delay| TaskSpec {
+            schedule: Some(Schedule::Delay(ms(*delay).unwrap())),
+            ..task(&format!("later{delay}"))
+        })
+        .collect();
+    enqueue(&mut queues, "q", tasks).await?;
+    for delay in delays {
+        let pushed = next_task(&mut stream, Duration::from_secs(3))
+            .await
+            .expect("pushed");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_millis() as i64;
+        let late = now - unix_ms(&pushed.due_at);
+        assert_eq!(pushed.id, format!("later{delay}"));
+        // Generous bound for shared machines; the bench measures the real lateness.
+        assert!(
+            (-5..=50).contains(&late),
+            "{} pushed {late} ms after due",
+            pushed.id
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn idle_subscribers_are_served_in_turn() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    let mut streams = Vec::new();
+    for _ in 0..4 {
+        streams.push(subscribe(&mut queues, subscribe_request("q", 100, 30_000)).await?);
+    }
+    let mut counts = [0; 4];
+    for n in 0..40 {
+        enqueue(&mut queues, "q", vec![task(&format!("t{n}"))]).await?;
+        let deadline = Instant::now() + Duration::from_secs(2);
+        'found: loop {
+            for (k, stream) in streams.iter_mut().enumerate() {
+                if next_task(stream, Duration::from_millis(5)).await.is_some() {
+                    counts[k] += 1;
+                    break 'found;
+                }
+            }
+            assert!(Instant::now() < deadline, "task {n} never pushed");
+        }
+    }
+    assert!(
+        counts.iter().all(|c| (5..=15).contains(c)),
+        "unfair shares {counts:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_worker_that_re_subscribes_in_time_keeps_its_deliveries_and_receipts() -> TestResult {
+    let redis = TestRedis::start().await;
+    let first_server = TestServer::start_with(&redis, |c| {
+        c.reattach_grace = Duration::from_secs(5);
+    })
+    .await;
+    let second_server = TestServer::start(&redis).await;
+    let mut queues = first_server.queues().await;
+    enqueue(&mut queues, "q", vec![task("a"), task("b"), task("c")]).await?;
+    let request = SubscribeRequest {
+        worker_id: "worker-7".into(),
+        ..subscribe_request("q", 2, 30_000)
+    };
+    let mut stream = subscribe(&mut queues, request.clone()).await?;
+    let held = next_tasks(&mut stream, 2).await;
+    drop(stream);
+
+    // Within the grace they stay leased: nobody else gets them.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(stats(&mut queues, "q").await?, (1, 0, 2, 0));
+
+    // Re-subscribing to another replica sends them again, same receipts, and they fill
+    // the new stream's max_in_flight, so "c" waits.
+    let mut other = second_server.queues().await;
+    let mut again = subscribe(&mut other, request).await?;
+    let resent = next_tasks(&mut again, 2).await;
+    let mut receipts: Vec<_> = resent.iter().map(|t| t.receipt.clone()).collect();
+    let mut expected: Vec<_> = held.iter().map(|t| t.receipt.clone()).collect();
+    receipts.sort();
+    expected.sort();
+    assert_eq!(receipts, expected);
+    assert!(resent.iter().all(|t| t.attempt == 1));
+    assert!(next_task(&mut again, Duration::from_millis(300))
+        .await
+        .is_none());
+
+    assert_eq!(ack(&mut other, "q", &[&held[0].receipt]).await?, [true]);
+    let c = next_task(&mut again, Duration::from_secs(2))
+        .await
+        .expect("c after an ack");
+    assert_eq!(c.id, "c");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_worker_that_does_not_come_back_within_the_grace_has_its_tasks_redelivered() -> TestResult
+{
+    let redis = TestRedis::start().await;
+    let server = TestServer::start_with(&redis, |c| {
+        c.reattach_grace = Duration::from_millis(300);
+    })
+    .await;
+    let mut queues = server.queues().await;
+    enqueue(&mut queues, "q", vec![task("a")]).await?;
+    let gone = SubscribeRequest {
+        worker_id: "gone".into(),
+        ..subscribe_request("q", 1, 30_000)
+    };
+    let mut stream = subscribe(&mut queues, gone).await?;
+    next_tasks(&mut stream, 1).await;
+    let dropped = Instant::now();
+    drop(stream);
+
+    let mut other = subscribe(&mut queues, subscribe_request("q", 1, 30_000)).await?;
+    let task = next_task(&mut other, Duration::from_secs(3))
+        .await
+        .expect("redelivered");
+    assert_eq!((task.id.as_str(), task.attempt), ("a", 2));
+    assert!(
+        dropped.elapsed() >= Duration::from_millis(250),
+        "redelivered before the grace ended ({:?})",
+        dropped.elapsed()
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn idle_streams_carry_heartbeats() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start_with(&redis, |c| {
+        c.stream_heartbeat = Duration::from_millis(100);
+    })
+    .await;
+    let mut queues = server.queues().await;
+    let mut stream = subscribe(&mut queues, subscribe_request("q", 1, 30_000)).await?;
+    let started = Instant::now();
+    for _ in 0..3 {
+        let event = tokio::time::timeout(Duration::from_secs(1), stream.next())
+            .await?
+            .expect("an event")?;
+        assert!(matches!(event.event, Some(Event::Heartbeat(_))));
+    }
+    assert!(started.elapsed() < Duration::from_secs(1));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_hundred_idle_subscribers_cost_redis_next_to_nothing() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start_with(&redis, |c| {
+        c.stream_heartbeat = Duration::from_millis(200);
+    })
+    .await;
+    let mut queues = server.queues().await;
+    // A task due in an hour: the feeds know it and set no nearer timer.
+    for q in 0..10 {
+        let later = TaskSpec {
+            schedule: Some(Schedule::Delay(ms(3_600_000).unwrap())),
+            ..task("later")
+        };
+        enqueue(&mut queues, &format!("q{q}"), vec![later]).await?;
+    }
+    let mut streams = Vec::new();
+    for n in 0..100 {
+        streams.push(
+            subscribe(
+                &mut queues,
+                subscribe_request(&format!("q{}", n % 10), 4, 30_000),
+            )
+            .await?,
+        );
+    }
+    // Let the joins settle, then count.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = redis.total_commands().await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = redis.total_commands().await;
+    // One INFO is ours; the health probe PINGs once a second.
+    let spent = after - before;
+    assert!(
+        spent < 20,
+        "{spent} commands in 2 s with 100 idle subscribers"
+    );
+    // The streams were alive all along: heartbeats flowed.
+    for stream in streams.iter_mut().take(3) {
+        let event = tokio::time::timeout(Duration::from_secs(1), stream.next()).await?;
+        assert!(event.is_some());
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn shutdown_ends_subscribe_streams_with_unavailable_and_gives_their_tasks_back() -> TestResult
+{
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let other = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    enqueue(&mut queues, "q", vec![task("a")]).await?;
+    let mut stream = subscribe(&mut queues, subscribe_request("q", 1, 60_000)).await?;
+    next_tasks(&mut stream, 1).await;
+    server.shutdown().await?;
+    let status = loop {
+        match tokio::time::timeout(Duration::from_secs(5), stream.next()).await? {
+            Some(Ok(_)) => continue,
+            Some(Err(status)) => break status,
+            None => panic!("the stream ended without UNAVAILABLE"),
+        }
+    };
+    assert_eq!(status.code(), Code::Unavailable);
+    let mut queues = other.queues().await;
+    assert_eq!(stats(&mut queues, "q").await?, (1, 0, 0, 0));
+    Ok(())
+}
+
+#[tokio::test]
+async fn subscribe_streams_are_limited_by_max_streams() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start_with(&redis, |c| c.max_streams = 1).await;
+    let mut queues = server.queues().await;
+    let first = subscribe(&mut queues, subscribe_request("q", 1, 30_000)).await?;
+    let refused = subscribe(&mut queues, subscribe_request("q", 1, 30_000))
+        .await
+        .expect_err("a second stream");
+    assert_eq!(refused.code(), Code::ResourceExhausted);
+    drop(first);
+    // The permit comes back with the stream.
+    let started = Instant::now();
+    while subscribe(&mut queues, subscribe_request("q", 1, 30_000))
+        .await
+        .is_err()
+    {
+        assert!(started.elapsed() < Duration::from_secs(2));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn bad_subscribe_input_is_invalid_argument_naming_the_field() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    let cases = [
+        ("queue", subscribe_request("", 1, 1_000)),
+        ("max_in_flight", subscribe_request("q", 1001, 1_000)),
+        ("visibility", subscribe_request("q", 1, 0)),
+        ("visibility", subscribe_request("q", 1, -5)),
+        (
+            "worker_id",
+            SubscribeRequest {
+                worker_id: "x".repeat(257),
+                ..subscribe_request("q", 1, 1_000)
+            },
+        ),
+        (
+            "worker_id",
+            SubscribeRequest {
+                worker_id: "bad\nid".into(),
+                ..subscribe_request("q", 1, 1_000)
+            },
+        ),
+    ];
+    for (field, request) in cases {
+        let status = subscribe(&mut queues, request).await.expect_err(field);
+        assert_eq!(status.code(), Code::InvalidArgument, "{field}");
+        assert!(
+            status.message().starts_with(field),
+            "{field}: {}",
+            status.message()
+        );
+    }
+    Ok(())
+}
