@@ -491,19 +491,35 @@ async fn shutdown_ends_subscribe_streams_with_unavailable_and_gives_their_tasks_
     let other = TestServer::start(&redis).await;
     let mut queues = server.queues().await;
     enqueue(&mut queues, "q", vec![task("a")]).await?;
-    let mut stream = subscribe(&mut queues, subscribe_request("q", 1, 60_000)).await?;
-    next_tasks(&mut stream, 1).await;
-    server.shutdown().await?;
-    let status = loop {
-        match tokio::time::timeout(Duration::from_secs(5), stream.next()).await? {
-            Some(Ok(_)) => continue,
-            Some(Err(status)) => break status,
-            None => panic!("the stream ended without UNAVAILABLE"),
-        }
+    let mut anonymous = subscribe(&mut queues, subscribe_request("q", 1, 60_000)).await?;
+    next_tasks(&mut anonymous, 1).await;
+    enqueue(&mut queues, "q", vec![task("b")]).await?;
+    let worker = SubscribeRequest {
+        worker_id: "w".into(),
+        ..subscribe_request("q", 1, 60_000)
     };
-    assert_eq!(status.code(), Code::Unavailable);
+    let mut named = subscribe(&mut queues, worker.clone()).await?;
+    let kept = next_tasks(&mut named, 1).await.remove(0);
+    server.shutdown().await?;
+    for stream in [&mut anonymous, &mut named] {
+        let status = loop {
+            match tokio::time::timeout(Duration::from_secs(5), stream.next()).await? {
+                Some(Ok(_)) => continue,
+                Some(Err(status)) => break status,
+                None => panic!("the stream ended without UNAVAILABLE"),
+            }
+        };
+        assert_eq!(status.code(), Code::Unavailable);
+    }
+    // The anonymous stream's task is READY again; the named worker's waits for it.
     let mut queues = other.queues().await;
-    assert_eq!(stats(&mut queues, "q").await?, (1, 0, 0, 0));
+    assert_eq!(stats(&mut queues, "q").await?, (1, 0, 1, 0));
+    let mut again = subscribe(&mut queues, worker).await?;
+    let resent = next_tasks(&mut again, 1).await.remove(0);
+    assert_eq!(
+        (resent.id.as_str(), resent.receipt.as_str()),
+        ("b", kept.receipt.as_str())
+    );
     Ok(())
 }
 
@@ -564,5 +580,37 @@ async fn bad_subscribe_input_is_invalid_argument_naming_the_field() -> TestResul
             status.message()
         );
     }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_stream_survives_a_redis_restart_and_pushes_what_is_enqueued_after_it() -> TestResult {
+    let mut redis = TestRedis::start_with(true).await;
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    enqueue(&mut queues, "q", vec![task("before")]).await?;
+    let mut stream = subscribe(&mut queues, subscribe_request("q", 10, 30_000)).await?;
+    let before = next_tasks(&mut stream, 1).await.remove(0);
+    redis.kill().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    redis.restart().await;
+
+    let started = Instant::now();
+    while enqueue(&mut queues, "q", vec![task("after")])
+        .await
+        .is_err()
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "enqueue never worked again"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let after = next_task(&mut stream, Duration::from_secs(5))
+        .await
+        .expect("pushed after the restart");
+    assert_eq!(after.id, "after");
+    // The delivery from before the crash is still good (the AOF kept it).
+    assert_eq!(ack(&mut queues, "q", &[&before.receipt]).await?, [true]);
     Ok(())
 }
