@@ -7,10 +7,13 @@
 //!   reflection together; `main` and the tests both call it.
 //! - [`redis`]: the pool, keys, scripts, the embedded `redis-server` and pub/sub wake-ups.
 //! - [`lock`]: `LockStore` (the domain) and `LockApi` (the gRPC adapter), plus `Hold`.
-//! - [`queue`]: `QueueApi` (the gRPC adapter of the queue service).
+//! - [`queue`]: `QueueStore` (the domain), `QueueApi` (the gRPC adapter) and the
+//!   Subscribe `scheduler`.
+//! - [`bench`]: `turnstile bench`, the scenarios measured against their floors.
 //! - [`error`], [`validate`], [`deadline`], [`rpc`], [`limits`], [`shutdown`],
 //!   [`health`], [`metrics`]: the pieces every RPC shares.
 
+pub mod bench;
 pub mod config;
 pub mod deadline;
 pub mod error;

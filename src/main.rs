@@ -5,7 +5,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use tokio::signal::unix::{signal, SignalKind};
-use turnstile::config::{Config, LogFormat};
+use turnstile::{
+    bench::{noop::NoopArgs, BenchArgs},
+    config::{Config, LogFormat},
+};
 
 /// turnstile: distributed locks and task queues over gRPC, kept in Redis.
 #[derive(Parser)]
@@ -19,12 +22,26 @@ struct Cli {
 enum Command {
     /// Run the server.
     Serve(Config),
+    /// Measure the server against its physical floors (starts its own Redis and server
+    /// unless given --server).
+    Bench(BenchArgs),
+    /// The bench's no-op gRPC lock server (its transport floor).
+    #[command(hide = true)]
+    BenchNoop(NoopArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let Command::Serve(config) = cli.command;
-    init_tracing(config.log_format);
+    let format = match &cli.command {
+        Command::Serve(config) => config.log_format,
+        Command::Bench(_) => LogFormat::Text,
+        Command::BenchNoop(args) => args.log_format,
+    };
+    let default_filter = match cli.command {
+        Command::Bench(_) => "warn",
+        _ => "info",
+    };
+    init_tracing(format, default_filter);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -35,7 +52,14 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(serve(config)) {
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Serve(config) => serve(config).await,
+            Command::Bench(args) => turnstile::bench::run(args).await,
+            Command::BenchNoop(args) => turnstile::bench::noop::serve(args).await,
+        }
+    });
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             tracing::error!(cause = %err, "turnstile stopped");
@@ -67,9 +91,9 @@ async fn stop_signal() {
     }
 }
 
-fn init_tracing(format: LogFormat) {
+fn init_tracing(format: LogFormat, default_filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TURNSTILE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -1,0 +1,170 @@
+//! `idle`: 1,000 idle Subscribe streams and 1,000 Acquire calls waiting on a held lock,
+//! for 10 s: what they cost Redis (commands per second, from INFO) and the server (RSS).
+
+use std::time::Duration;
+
+use tokio::{task::JoinSet, time::Instant};
+use tokio_stream::StreamExt;
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    report::{Extra, Report},
+    sample::Progress,
+    target::Target,
+};
+use crate::pb::{
+    lock_service_client::LockServiceClient, queue_service_client::QueueServiceClient,
+    AcquireRequest, ReleaseRequest, SubscribeRequest,
+};
+
+const STREAMS: usize = 1_000;
+const WAITERS: usize = 1_000;
+const MEASURE: Duration = Duration::from_secs(10);
+
+fn failed(status: tonic::Status) -> String {
+    format!("{}: {}", status.code(), status.message())
+}
+
+async fn total_commands(url: &str) -> Result<u64, String> {
+    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| e.to_string())?;
+    let info: String = redis::cmd("INFO")
+        .arg("stats")
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| e.to_string())?;
+    info.lines()
+        .find_map(|line| line.strip_prefix("total_commands_processed:"))
+        .and_then(|n| n.trim().parse().ok())
+        .ok_or_else(|| "no total_commands_processed in INFO".into())
+}
+
+/// VmRSS of `pid` in MB.
+fn rss_mb(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb: f64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb / 1024.0)
+}
+
+pub async fn idle(target: &Target) -> Result<Report, String> {
+    // HTTP/2 servers cap concurrent streams per connection (often 200): 100 each.
+    let channels = target
+        .server_channels((STREAMS + WAITERS).div_ceil(100))
+        .await?;
+    let stop = CancellationToken::new();
+    let mut locks = LockServiceClient::new(channels[0].clone());
+    let held = locks
+        .acquire(AcquireRequest {
+            name: "bench:idle".into(),
+            owner: "bench-holder".into(),
+            ttl: Some(prost_types::Duration {
+                seconds: 60,
+                nanos: 0,
+            }),
+            wait: None,
+            request_id: String::new(),
+        })
+        .await
+        .map_err(failed)?
+        .into_inner();
+    let mut tasks = JoinSet::new();
+    for i in 0..STREAMS {
+        let mut queues = QueueServiceClient::new(channels[i % channels.len()].clone());
+        let mut stream = queues
+            .subscribe(SubscribeRequest {
+                queue: format!("bench:idle:{}", i % 10),
+                max_in_flight: 1,
+                visibility: None,
+                worker_id: String::new(),
+            })
+            .await
+            .map_err(failed)?
+            .into_inner();
+        let stop = stop.clone();
+        tasks.spawn(async move {
+            loop {
+                tokio::select! {
+                    event = stream.next() => if !matches!(event, Some(Ok(_))) { break },
+                    () = stop.cancelled() => break,
+                }
+            }
+        });
+    }
+    for i in 0..WAITERS {
+        let mut locks = LockServiceClient::new(channels[(STREAMS + i) % channels.len()].clone());
+        let stop = stop.clone();
+        tasks.spawn(async move {
+            let acquire = locks.acquire(AcquireRequest {
+                name: "bench:idle".into(),
+                owner: format!("bench-waiter-{i}"),
+                ttl: None,
+                wait: Some(prost_types::Duration {
+                    seconds: 50,
+                    nanos: 0,
+                }),
+                request_id: String::new(),
+            });
+            tokio::select! {
+                _ = acquire => {}
+                () = stop.cancelled() => {}
+            }
+        });
+    }
+    // Let every call arrive and settle.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (progress, shown) = Progress::show("idle".into());
+    let url = target.redis_url.clone();
+    let before = match &url {
+        Some(url) => Some(total_commands(url).await?),
+        None => None,
+    };
+    let started = Instant::now();
+    while started.elapsed() < MEASURE {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        progress.tick();
+    }
+    let after = match &url {
+        Some(url) => Some(total_commands(url).await?),
+        None => None,
+    };
+    let elapsed = started.elapsed().as_secs_f64();
+    let rss = target.server_pid.and_then(rss_mb);
+    drop(shown);
+    stop.cancel();
+    while tasks.join_next().await.is_some() {}
+    locks
+        .release(ReleaseRequest {
+            name: "bench:idle".into(),
+            token: held.token,
+        })
+        .await
+        .map_err(failed)?;
+    // Our own INFO is one of the commands counted.
+    let per_s = before
+        .zip(after)
+        .map(|(b, a)| a.saturating_sub(b).saturating_sub(1) as f64 / elapsed);
+    let mut report = Report {
+        scenario: "idle",
+        ops_per_s: per_s.unwrap_or(f64::NAN),
+        ..Report::default()
+    }
+    .extra("streams", Extra::Count(STREAMS as u64))
+    .extra("waiters", Extra::Count(WAITERS as u64));
+    if let Some(per_s) = per_s {
+        report = report.extra("redis_commands_per_s", Extra::Number(per_s));
+    }
+    if let Some(rss) = rss {
+        report = report.extra("server_rss_mb", Extra::Number(rss));
+    }
+    Ok(report)
+}

@@ -1,0 +1,484 @@
+//! Queue scenarios: `queue` (producers and Subscribe workers end to end, acks one by one
+//! or batched, with its Redis floor), `pickup` (enqueue → push to an idle subscriber)
+//! and `delayed` (lateness of tasks falling due).
+
+use std::{
+    sync::{
+        atomic::{AtomicI64, AtomicU64, Ordering},
+        Arc,
+    },
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use prost::bytes::Bytes;
+use tokio::{sync::mpsc, task::JoinSet, time::Instant};
+use tokio_stream::StreamExt;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
+
+use super::{
+    report::{Extra, Report},
+    sample::{Latency, Progress},
+    target::Target,
+};
+use crate::{
+    lock::new_token,
+    pb::{
+        queue_service_client::QueueServiceClient, subscribe_response::Event, task_spec, AckRequest,
+        EnqueueRequest, SubscribeRequest, TaskSpec,
+    },
+    queue::{NewTask, QueueStore, Schedule, StreamSlots},
+    redis::{Keys, Redis},
+};
+
+type Queues = QueueServiceClient<Channel>;
+
+const SUBSCRIBERS: usize = 4;
+const MAX_IN_FLIGHT: u32 = 64;
+const PRODUCERS: usize = 2;
+const BATCH: usize = 100;
+/// Producers pause while this many tasks are enqueued and not yet acked, so latency
+/// measures the pipeline, not an ever-growing backlog.
+const BACKLOG: i64 = 4_000;
+/// Batched acks: up to this many receipts, or this long after the first.
+const ACK_BATCH: usize = 64;
+const ACK_LINGER: Duration = Duration::from_millis(5);
+
+fn failed(status: tonic::Status) -> String {
+    format!("{}: {}", status.code(), status.message())
+}
+
+/// Nanoseconds since `epoch`, as a payload.
+fn stamp(epoch: Instant) -> Bytes {
+    Bytes::copy_from_slice(&(epoch.elapsed().as_nanos() as u64).to_be_bytes())
+}
+
+/// How long ago (since `epoch`) `payload` was stamped.
+fn age(epoch: Instant, payload: &[u8]) -> Duration {
+    let sent = payload
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_be_bytes);
+    Duration::from_nanos((epoch.elapsed().as_nanos() as u64).saturating_sub(sent))
+}
+
+fn unix_us() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
+}
+
+/// Acks receipts one RPC each, or in batches as worker libraries do; counts what was
+/// acked.
+#[derive(Clone)]
+struct Acker {
+    tx: mpsc::UnboundedSender<String>,
+}
+
+impl Acker {
+    fn start(queues: Queues, queue: String, batched: bool, acked: Arc<AtomicU64>) -> Self {
+        let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+        tokio::spawn(async move {
+            while let Some(first) = rx.recv().await {
+                let mut receipts = vec![first];
+                if batched {
+                    let until = Instant::now() + ACK_LINGER;
+                    while receipts.len() < ACK_BATCH {
+                        tokio::select! {
+                            receipt = rx.recv() => match receipt {
+                                Some(receipt) => receipts.push(receipt),
+                                None => break,
+                            },
+                            () = tokio::time::sleep_until(until) => break,
+                        }
+                    }
+                }
+                let mut queues = queues.clone();
+                let (queue, acked) = (queue.clone(), acked.clone());
+                tokio::spawn(async move {
+                    let reply = queues.ack(AckRequest { queue, receipts }).await;
+                    if let Ok(reply) = reply {
+                        let n = reply.into_inner().acked.iter().filter(|a| **a).count();
+                        acked.fetch_add(n as u64, Ordering::Relaxed);
+                    }
+                });
+            }
+        });
+        Self { tx }
+    }
+
+    fn ack(&self, receipt: String) {
+        let _ = self.tx.send(receipt);
+    }
+}
+
+/// Subscribers on `queue` that ack every task and record `latency(task)` for each.
+async fn subscribers(
+    channels: &[Channel],
+    queue: &str,
+    count: usize,
+    batched: bool,
+    acked: Arc<AtomicU64>,
+    stop: CancellationToken,
+    latency: impl Fn(&crate::pb::Task) -> Option<Duration> + Clone + Send + Sync + 'static,
+) -> Result<JoinSet<Latency>, String> {
+    let mut set = JoinSet::new();
+    for k in 0..count {
+        let mut queues = QueueServiceClient::new(channels[k % channels.len()].clone());
+        let mut stream = queues
+            .subscribe(SubscribeRequest {
+                queue: queue.to_owned(),
+                max_in_flight: MAX_IN_FLIGHT,
+                visibility: Some(prost_types::Duration {
+                    seconds: 30,
+                    nanos: 0,
+                }),
+                worker_id: String::new(),
+            })
+            .await
+            .map_err(failed)?
+            .into_inner();
+        let acker = Acker::start(queues, queue.to_owned(), batched, acked.clone());
+        let (stop, latency_of) = (stop.clone(), latency.clone());
+        set.spawn(async move {
+            let mut latency = Latency::default();
+            loop {
+                let event = tokio::select! {
+                    event = stream.next() => event,
+                    () = stop.cancelled() => break,
+                };
+                let Some(Ok(event)) = event else { break };
+                if let Some(Event::Task(task)) = event.event {
+                    if let Some(l) = latency_of(&task) {
+                        latency.record(l);
+                    }
+                    acker.ack(task.receipt);
+                }
+            }
+            latency
+        });
+    }
+    Ok(set)
+}
+
+async fn collect(mut set: JoinSet<Latency>) -> Latency {
+    let mut latency = Latency::default();
+    while let Some(Ok(part)) = set.join_next().await {
+        latency.merge(&part);
+    }
+    latency
+}
+
+/// `queue`: producers enqueue batches, Subscribe workers ack every task.
+pub async fn queue(target: &Target, duration: Duration, batched: bool) -> Result<Report, String> {
+    let name = if batched { "queue_batched" } else { "queue" };
+    let queue = format!("bench:{name}:{}", new_token());
+    let channels = target.server_channels(4).await?;
+    let epoch = Instant::now();
+    let acked = Arc::new(AtomicU64::new(0));
+    let stop = CancellationToken::new();
+    let subs = subscribers(
+        &channels,
+        &queue,
+        SUBSCRIBERS,
+        batched,
+        acked.clone(),
+        stop.clone(),
+        move |task| Some(age(epoch, &task.payload)),
+    )
+    .await?;
+    let (progress, shown) = Progress::show(name.into());
+    let enqueued = Arc::new(AtomicI64::new(0));
+    let started = Instant::now();
+    let until = started + duration;
+    let mut producers = JoinSet::new();
+    for p in 0..PRODUCERS {
+        let mut queues = QueueServiceClient::new(channels[p % channels.len()].clone());
+        let (queue, enqueued, acked) = (queue.clone(), enqueued.clone(), acked.clone());
+        producers.spawn(async move {
+            while Instant::now() < until {
+                if enqueued.load(Ordering::Relaxed) - acked.load(Ordering::Relaxed) as i64 > BACKLOG
+                {
+                    tokio::time::sleep(Duration::from_micros(500)).await;
+                    continue;
+                }
+                let tasks = (0..BATCH)
+                    .map(|_| TaskSpec {
+                        payload: stamp(epoch),
+                        ..TaskSpec::default()
+                    })
+                    .collect();
+                enqueued.fetch_add(BATCH as i64, Ordering::Relaxed);
+                queues
+                    .enqueue(EnqueueRequest {
+                        queue: queue.clone(),
+                        tasks,
+                    })
+                    .await
+                    .map_err(failed)?;
+            }
+            Ok::<_, String>(())
+        });
+    }
+    let reporter = {
+        let (acked, progress) = (acked.clone(), progress.clone());
+        tokio::spawn(async move {
+            let mut shown = 0;
+            while Instant::now() < until {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let now = acked.load(Ordering::Relaxed);
+                progress.add(now - shown);
+                shown = now;
+            }
+        })
+    };
+    tokio::time::sleep_until(until).await;
+    let done = acked.load(Ordering::Relaxed);
+    let elapsed = started.elapsed();
+    reporter.abort();
+    while let Some(producer) = producers.join_next().await {
+        producer.map_err(|e| e.to_string())??;
+    }
+    drop(shown);
+    stop.cancel();
+    let latency = collect(subs).await;
+    let ops = done as f64 / elapsed.as_secs_f64();
+    let mut report = Report::new(name, ops, &latency)
+        .extra(
+            "acks",
+            Extra::Text(if batched {
+                format!("batched<= {ACK_BATCH}/{}ms", ACK_LINGER.as_millis())
+            } else {
+                "one per task".into()
+            }),
+        )
+        .extra("subscribers", Extra::Count(SUBSCRIBERS as u64));
+    if batched {
+        if let Some(url) = &target.redis_url {
+            let floor = queue_floor(url, duration).await?;
+            report.floor_ops_per_s = Some(floor);
+        }
+    }
+    Ok(report)
+}
+
+/// The same enqueue, dispatch and ack scripts run straight on Redis by the library's
+/// `QueueStore`: producers enqueue batches, consumers take up to 64 and ack them in one
+/// call. No gRPC.
+async fn queue_floor(url: &str, duration: Duration) -> Result<f64, String> {
+    let redis = Redis::new(url, Duration::from_secs(2), Keys::new("turnstile"))
+        .map_err(|err| err.to_string())?;
+    let store = QueueStore::new(redis);
+    let queue = format!("bench:queue_floor:{}", new_token());
+    let (progress, _shown) = Progress::show("queue (redis floor)".into());
+    let enqueued = Arc::new(AtomicI64::new(0));
+    let acked = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let until = started + duration;
+    let mut workers = JoinSet::new();
+    for _ in 0..PRODUCERS {
+        let (store, queue, enqueued, acked) = (
+            store.clone(),
+            queue.clone(),
+            enqueued.clone(),
+            acked.clone(),
+        );
+        workers.spawn(async move {
+            while Instant::now() < until {
+                if enqueued.load(Ordering::Relaxed) - acked.load(Ordering::Relaxed) as i64 > BACKLOG
+                {
+                    tokio::time::sleep(Duration::from_micros(500)).await;
+                    continue;
+                }
+                let tasks: Vec<NewTask> = (0..BATCH)
+                    .map(|_| NewTask {
+                        id: new_token(),
+                        payload: Bytes::from_static(&[0; 8]),
+                        schedule: Schedule::Now,
+                        replace: false,
+                        max_attempts: crate::queue::DEFAULT_MAX_ATTEMPTS,
+                        dedupe_window: Duration::ZERO,
+                    })
+                    .collect();
+                enqueued.fetch_add(BATCH as i64, Ordering::Relaxed);
+                store
+                    .enqueue(&queue, &tasks)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+            Ok::<_, String>(())
+        });
+    }
+    for k in 0..SUBSCRIBERS {
+        let (store, queue, acked, progress) = (
+            store.clone(),
+            queue.clone(),
+            acked.clone(),
+            progress.clone(),
+        );
+        let session = new_token();
+        let slots = [StreamSlots {
+            tag: format!("s:{session}"),
+            session,
+            max_in_flight: MAX_IN_FLIGHT,
+            visibility: Duration::from_secs(30),
+        }];
+        let _ = k;
+        workers.spawn(async move {
+            while Instant::now() < until {
+                let dispatched = store
+                    .dispatch(&queue, &slots)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if dispatched.tasks.is_empty() {
+                    tokio::time::sleep(Duration::from_micros(200)).await;
+                    continue;
+                }
+                let receipts: Vec<String> = dispatched
+                    .tasks
+                    .into_iter()
+                    .map(|(_, t)| t.receipt)
+                    .collect();
+                let done = store
+                    .ack(&queue, &receipts)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let n = done.iter().filter(|a| **a).count() as u64;
+                acked.fetch_add(n, Ordering::Relaxed);
+                progress.add(n);
+            }
+            Ok::<_, String>(())
+        });
+    }
+    while let Some(worker) = workers.join_next().await {
+        worker.map_err(|e| e.to_string())??;
+    }
+    Ok(acked.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64())
+}
+
+/// `pickup`: one idle subscriber; tasks enqueued one at a time, 5 ms apart.
+pub async fn pickup(target: &Target, duration: Duration) -> Result<Report, String> {
+    let queue = format!("bench:pickup:{}", new_token());
+    let channels = target.server_channels(2).await?;
+    let epoch = Instant::now();
+    let stop = CancellationToken::new();
+    let acked = Arc::new(AtomicU64::new(0));
+    let subs = subscribers(
+        &channels[1..],
+        &queue,
+        1,
+        true,
+        acked,
+        stop.clone(),
+        move |task| Some(age(epoch, &task.payload)),
+    )
+    .await?;
+    let (progress, shown) = Progress::show("pickup".into());
+    let mut queues = QueueServiceClient::new(channels[0].clone());
+    let started = Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_millis(5));
+    let mut sent = 0u64;
+    while started.elapsed() < duration {
+        tick.tick().await;
+        queues
+            .enqueue(EnqueueRequest {
+                queue: queue.clone(),
+                tasks: vec![TaskSpec {
+                    payload: stamp(epoch),
+                    ..TaskSpec::default()
+                }],
+            })
+            .await
+            .map_err(failed)?;
+        sent += 1;
+        progress.tick();
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(shown);
+    stop.cancel();
+    let latency = collect(subs).await;
+    Ok(Report::new(
+        "pickup",
+        latency.count() as f64 / started.elapsed().as_secs_f64(),
+        &latency,
+    )
+    .extra("sent", Extra::Count(sent))
+    .extra("delivered", Extra::Count(latency.count())))
+}
+
+/// `delayed`: 2,000 tasks due over 5 s, idle subscribers; lateness = delivery − due.
+pub async fn delayed(target: &Target) -> Result<Report, String> {
+    const TASKS: i64 = 2_000;
+    const SPREAD_MS: i64 = 5_000;
+    let queue = format!("bench:delayed:{}", new_token());
+    let channels = target.server_channels(2).await?;
+    let stop = CancellationToken::new();
+    let acked = Arc::new(AtomicU64::new(0));
+    let early = Arc::new(AtomicU64::new(0));
+    let early_seen = early.clone();
+    let subs = subscribers(
+        &channels,
+        &queue,
+        SUBSCRIBERS,
+        true,
+        acked.clone(),
+        stop.clone(),
+        move |task| {
+            let due_us = task
+                .due_at
+                .as_ref()
+                .map_or(0, crate::time::ms_from_timestamp)
+                * 1000;
+            let late = unix_us() - due_us;
+            if late < 0 {
+                early_seen.fetch_add(1, Ordering::Relaxed);
+            }
+            Some(Duration::from_micros(late.max(0) as u64))
+        },
+    )
+    .await?;
+    let (progress, shown) = Progress::show("delayed".into());
+    let mut queues = QueueServiceClient::new(channels[0].clone());
+    let base_ms = unix_us() / 1000 + 1_000;
+    for batch in 0..4 {
+        let tasks = (batch * TASKS / 4..(batch + 1) * TASKS / 4)
+            .map(|i| TaskSpec {
+                schedule: Some(task_spec::Schedule::DueAt(crate::time::timestamp_from_ms(
+                    base_ms + i * SPREAD_MS / TASKS,
+                ))),
+                ..TaskSpec::default()
+            })
+            .collect();
+        queues
+            .enqueue(EnqueueRequest {
+                queue: queue.clone(),
+                tasks,
+            })
+            .await
+            .map_err(failed)?;
+    }
+    let until = Instant::now() + Duration::from_millis((SPREAD_MS + 1_000 + 10_000) as u64);
+    let mut shown_count = 0;
+    while acked.load(Ordering::Relaxed) < TASKS as u64 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let now = acked.load(Ordering::Relaxed);
+        progress.add(now - shown_count);
+        shown_count = now;
+    }
+    drop(shown);
+    stop.cancel();
+    let latency = collect(subs).await;
+    if latency.count() < TASKS as u64 {
+        return Err(format!(
+            "delayed: only {} of {TASKS} tasks delivered",
+            latency.count()
+        ));
+    }
+    Ok(Report::new(
+        "delayed",
+        TASKS as f64 * 1000.0 / SPREAD_MS as f64,
+        &latency,
+    )
+    .extra("tasks", Extra::Count(TASKS as u64))
+    .extra("early", Extra::Count(early.load(Ordering::Relaxed))))
+}

@@ -1,0 +1,162 @@
+//! What the bench measures: its own embedded Redis and a `turnstile serve` child on free
+//! loopback ports (or a running server given with `--server`), plus a no-op gRPC server
+//! child for the transport floor. Children are separate processes, as in production, so
+//! the bench's own client work does not share their runtime.
+
+use std::{path::PathBuf, process::Stdio, time::Duration};
+
+use tokio::{
+    io::{AsyncBufReadExt, BufReader},
+    process::{Child, Command},
+};
+use tonic::transport::Channel;
+
+use crate::redis::embedded::{Bind, EmbeddedOptions, EmbeddedRedis};
+
+/// The servers under test.
+pub struct Target {
+    /// The turnstile server's address (`http://…`).
+    pub server: String,
+    /// Its Redis, when known: for the Redis floors and command counts.
+    pub redis_url: Option<String>,
+    /// The server child's pid, for its RSS (None with `--server`).
+    pub server_pid: Option<u32>,
+    /// The no-op gRPC server's address, for the transport floor.
+    pub noop: String,
+    /// Children, killed on drop.
+    children: Vec<Child>,
+    embedded: Option<EmbeddedRedis>,
+    dir: Option<PathBuf>,
+}
+
+impl Target {
+    /// Starts what `server`/`redis_url` do not name.
+    pub async fn start(server: Option<String>, redis_url: Option<String>) -> Result<Self, String> {
+        let mut target = Self {
+            server: String::new(),
+            redis_url,
+            server_pid: None,
+            noop: String::new(),
+            children: Vec::new(),
+            embedded: None,
+            dir: None,
+        };
+        match server {
+            Some(server) => {
+                target.server = if server.contains("://") {
+                    server
+                } else {
+                    format!("http://{server}")
+                };
+            }
+            None => {
+                if target.redis_url.is_none() {
+                    let dir = std::env::temp_dir()
+                        .join(format!("turnstile-bench-{}", std::process::id()));
+                    let _ = std::fs::remove_dir_all(&dir);
+                    let redis = EmbeddedRedis::start(&EmbeddedOptions {
+                        dir: dir.clone(),
+                        bind: Bind::UnixSocket,
+                        append_only: true,
+                    })
+                    .await?;
+                    target.redis_url = Some(redis.url().to_owned());
+                    target.embedded = Some(redis);
+                    target.dir = Some(dir);
+                }
+                let url = target.redis_url.clone().unwrap_or_default();
+                let (child, addr) = spawn(&[
+                    "serve",
+                    "--redis-url",
+                    &url,
+                    "--metrics-listen",
+                    "127.0.0.1:0",
+                ])
+                .await?;
+                target.server_pid = child.id();
+                target.server = format!("http://{addr}");
+                target.children.push(child);
+            }
+        }
+        let (child, addr) = spawn(&["bench-noop"]).await?;
+        target.noop = format!("http://{addr}");
+        target.children.push(child);
+        Ok(target)
+    }
+
+    /// `count` connections to the turnstile server.
+    pub async fn server_channels(&self, count: usize) -> Result<Vec<Channel>, String> {
+        channels(&self.server, count).await
+    }
+
+    /// `count` connections to the no-op server.
+    pub async fn noop_channels(&self, count: usize) -> Result<Vec<Channel>, String> {
+        channels(&self.noop, count).await
+    }
+
+    /// Stops the children and the embedded Redis.
+    pub async fn stop(mut self) {
+        for child in &mut self.children {
+            let _ = child.kill().await;
+        }
+        if let Some(redis) = self.embedded.take() {
+            redis.stop().await;
+        }
+        if let Some(dir) = self.dir.take() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// Separate HTTP/2 connections (one connection is one hyper task on each side, so
+/// several spread the work over both cores as many clients would).
+async fn channels(url: &str, count: usize) -> Result<Vec<Channel>, String> {
+    let mut out = Vec::with_capacity(count);
+    for _ in 0..count.max(1) {
+        let channel = Channel::from_shared(url.to_owned())
+            .map_err(|err| err.to_string())?
+            .connect()
+            .await
+            .map_err(|err| format!("cannot connect to {url}: {err}"))?;
+        out.push(channel);
+    }
+    Ok(out)
+}
+
+/// Runs this binary with `args` on a free loopback port; waits for its ready line and
+/// returns the child and the address it serves on. Its stderr keeps being drained.
+async fn spawn(args: &[&str]) -> Result<(Child, String), String> {
+    let exe = std::env::current_exe().map_err(|err| format!("cannot find this binary: {err}"))?;
+    let mut child = Command::new(exe)
+        .args(args)
+        .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
+        .env("TURNSTILE_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|err| format!("cannot start {args:?}: {err}"))?;
+    let stderr = child.stderr.take().ok_or("no stderr")?;
+    let mut lines = BufReader::new(stderr).lines();
+    let ready = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.contains("\"ready\"") {
+                return Some(line);
+            }
+        }
+        None
+    })
+    .await
+    .ok()
+    .flatten()
+    .ok_or_else(|| format!("{args:?} did not get ready"))?;
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let addr = ready
+        .split("\"addr\":\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .ok_or_else(|| format!("no addr in {ready}"))?
+        .to_owned();
+    Ok((child, addr))
+}
