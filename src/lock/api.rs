@@ -96,7 +96,7 @@ type HoldStream = Pin<Box<dyn Stream<Item = Result<pb::HoldResponse, Status>> + 
 
 #[tonic::async_trait]
 impl LockService for LockApi {
-    #[tracing::instrument(name = "Acquire", skip_all, fields(lock, owner))]
+    #[tracing::instrument(level = "debug", name = "Acquire", skip_all, fields(lock, owner))]
     async fn acquire(
         &self,
         request: Request<pb::AcquireRequest>,
@@ -132,7 +132,7 @@ impl LockService for LockApi {
         )
     }
 
-    #[tracing::instrument(name = "Release", skip_all, fields(lock))]
+    #[tracing::instrument(level = "debug", name = "Release", skip_all, fields(lock))]
     async fn release(
         &self,
         request: Request<pb::ReleaseRequest>,
@@ -151,7 +151,7 @@ impl LockService for LockApi {
         )
     }
 
-    #[tracing::instrument(name = "Extend", skip_all, fields(lock))]
+    #[tracing::instrument(level = "debug", name = "Extend", skip_all, fields(lock))]
     async fn extend(
         &self,
         request: Request<pb::ExtendRequest>,
@@ -174,7 +174,7 @@ impl LockService for LockApi {
         )
     }
 
-    #[tracing::instrument(name = "Describe", skip_all, fields(lock))]
+    #[tracing::instrument(level = "debug", name = "Describe", skip_all, fields(lock))]
     async fn describe(
         &self,
         request: Request<pb::DescribeRequest>,
@@ -197,7 +197,7 @@ impl LockService for LockApi {
         )
     }
 
-    #[tracing::instrument(name = "ReleaseAll", skip_all, fields(owner))]
+    #[tracing::instrument(level = "debug", name = "ReleaseAll", skip_all, fields(owner))]
     async fn release_all(
         &self,
         request: Request<pb::ReleaseAllRequest>,
@@ -217,7 +217,7 @@ impl LockService for LockApi {
 
     type HoldStream = HoldStream;
 
-    #[tracing::instrument(name = "Hold", skip_all, fields(lock, owner))]
+    #[tracing::instrument(level = "debug", name = "Hold", skip_all, fields(lock, owner))]
     async fn hold(
         &self,
         request: Request<pb::HoldRequest>,

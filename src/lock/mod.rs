@@ -18,7 +18,7 @@ use crate::{
     limits::Limits,
     redis::{events::EventSink, Redis, Script},
     shutdown::Shutdown,
-    time::until_ms,
+    time::{now_ms, until_ms},
 };
 use waiters::Waiters;
 
@@ -30,6 +30,9 @@ pub const MIN_TTL: Duration = Duration::from_millis(1);
 pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
 /// Longest `wait`.
 pub const MAX_WAIT: Duration = Duration::from_secs(3600);
+/// How long past a lease's end (by this server's clock) its owner-index entry is kept:
+/// covers clock skew between servers and Redis, so ReleaseAll never misses a live lock.
+const INDEX_SLACK_MS: i64 = 60_000;
 
 /// The lock scripts, loaded at boot.
 #[derive(Debug)]
@@ -39,7 +42,6 @@ pub struct LockScripts {
     release_owner: Script,
     extend: Script,
     describe: Script,
-    index_owner: Script,
 }
 
 impl LockScripts {
@@ -50,19 +52,17 @@ impl LockScripts {
             release_owner: Script::new("release_owner.lua", include_str!("release_owner.lua")),
             extend: Script::new("extend.lua", include_str!("extend.lua")),
             describe: Script::new("describe.lua", include_str!("describe.lua")),
-            index_owner: Script::new("index_owner.lua", include_str!("index_owner.lua")),
         }
     }
 
     /// Every script, for `SCRIPT LOAD` at boot.
-    pub fn all(&self) -> [&Script; 6] {
+    pub fn all(&self) -> [&Script; 5] {
         [
             &self.acquire,
             &self.release,
             &self.release_owner,
             &self.extend,
             &self.describe,
-            &self.index_owner,
         ]
     }
 }
@@ -192,8 +192,14 @@ impl LockStore {
             .arg(ttl_ms(spec.ttl))
             .arg(&spec.request_id)
             .arg(if will_wait { "1" } else { "0" });
-        let (status, text, fencing_token, expires_at_ms): (i64, String, u64, i64) =
-            self.redis.invoke(&call).await?;
+        // The owner index (for ReleaseAll) is written alongside, not after: the two go
+        // out together on the multiplexed connection, so a won lock costs one round
+        // trip. An entry for a try that lost is harmless: ReleaseAll checks the owner.
+        let until = now_ms() + ttl_ms(spec.ttl) as i64 + INDEX_SLACK_MS;
+        let index = self.owner_index(&spec.owner, &spec.name, until);
+        let (attempt, indexed) =
+            tokio::join!(self.redis.invoke(&call), self.redis.query_pipe(&index));
+        let (status, text, fencing_token, expires_at_ms): (i64, String, u64, i64) = attempt?;
         if status != 1 {
             return Ok(AcquireOutcome::Held(Holder {
                 owner: text,
@@ -201,15 +207,12 @@ impl LockStore {
                 expires_at_ms,
             }));
         }
+        indexed?;
         let lease = Lease {
             token: text,
             fencing_token,
             expires_at_ms,
         };
-        if lease.token == token {
-            self.index_owner(&spec.owner, &spec.name, expires_at_ms)
-                .await?;
-        }
         Ok(AcquireOutcome::Acquired(lease))
     }
 
@@ -310,14 +313,34 @@ impl LockStore {
         }
     }
 
-    async fn index_owner(&self, owner: &str, name: &str, expires_at_ms: i64) -> Result<()> {
-        let mut call = self
-            .scripts
-            .index_owner
-            .key(self.redis.keys.owner_locks(owner));
-        call.arg(name).arg(expires_at_ms);
-        let _: i64 = self.redis.invoke(&call).await?;
-        Ok(())
+    /// Plain commands (no script: they are cheaper) that record in `owner`'s sorted set
+    /// that it may hold `name` until `until_ms`, drop entries that ended, and keep the
+    /// set alive until its latest entry (NX sets a first expiry, GT only raises it).
+    fn owner_index(&self, owner: &str, name: &str, until_ms: i64) -> redis::Pipeline {
+        let key = self.redis.keys.owner_locks(owner);
+        let mut pipe = redis::pipe();
+        pipe.cmd("ZADD")
+            .arg(&key)
+            .arg("GT")
+            .arg(until_ms)
+            .arg(name)
+            .ignore();
+        pipe.cmd("ZREMRANGEBYSCORE")
+            .arg(&key)
+            .arg("-inf")
+            .arg(format!("({}", now_ms()))
+            .ignore();
+        pipe.cmd("PEXPIREAT")
+            .arg(&key)
+            .arg(until_ms)
+            .arg("NX")
+            .ignore();
+        pipe.cmd("PEXPIREAT")
+            .arg(&key)
+            .arg(until_ms)
+            .arg("GT")
+            .ignore();
+        pipe
     }
 
     /// Frees the lock if `token` holds it.
@@ -340,7 +363,8 @@ impl LockStore {
         }
         let expires_at_ms = int_at(&reply, 1)?;
         let owner = string_at(&reply, 2)?;
-        self.index_owner(&owner, name, expires_at_ms).await?;
+        let index = self.owner_index(&owner, name, expires_at_ms + INDEX_SLACK_MS);
+        self.redis.query_pipe(&index).await?;
         Ok(Some(expires_at_ms))
     }
 

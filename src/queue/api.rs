@@ -182,7 +182,7 @@ type SubscribeStream = Pin<Box<dyn Stream<Item = Result<pb::SubscribeResponse, S
 
 #[tonic::async_trait]
 impl QueueService for QueueApi {
-    #[tracing::instrument(name = "Enqueue", skip_all, fields(queue, count))]
+    #[tracing::instrument(level = "debug", name = "Enqueue", skip_all, fields(queue, count))]
     async fn enqueue(
         &self,
         request: Request<pb::EnqueueRequest>,
@@ -222,7 +222,7 @@ impl QueueService for QueueApi {
         )
     }
 
-    #[tracing::instrument(name = "Lease", skip_all, fields(queue, count))]
+    #[tracing::instrument(level = "debug", name = "Lease", skip_all, fields(queue, count))]
     async fn lease(
         &self,
         request: Request<pb::LeaseRequest>,
@@ -252,7 +252,7 @@ impl QueueService for QueueApi {
         )
     }
 
-    #[tracing::instrument(name = "Ack", skip_all, fields(queue, count))]
+    #[tracing::instrument(level = "debug", name = "Ack", skip_all, fields(queue, count))]
     async fn ack(
         &self,
         request: Request<pb::AckRequest>,
@@ -282,7 +282,7 @@ impl QueueService for QueueApi {
         )
     }
 
-    #[tracing::instrument(name = "Nack", skip_all, fields(queue))]
+    #[tracing::instrument(level = "debug", name = "Nack", skip_all, fields(queue))]
     async fn nack(
         &self,
         request: Request<pb::NackRequest>,
@@ -304,7 +304,7 @@ impl QueueService for QueueApi {
         )
     }
 
-    #[tracing::instrument(name = "ExtendLease", skip_all, fields(queue))]
+    #[tracing::instrument(level = "debug", name = "ExtendLease", skip_all, fields(queue))]
     async fn extend_lease(
         &self,
         request: Request<pb::ExtendLeaseRequest>,
@@ -331,7 +331,7 @@ impl QueueService for QueueApi {
         )
     }
 
-    #[tracing::instrument(name = "Peek", skip_all, fields(queue, count))]
+    #[tracing::instrument(level = "debug", name = "Peek", skip_all, fields(queue, count))]
     async fn peek(
         &self,
         request: Request<pb::PeekRequest>,
@@ -363,7 +363,7 @@ impl QueueService for QueueApi {
         )
     }
 
-    #[tracing::instrument(name = "Cancel", skip_all, fields(queue, count))]
+    #[tracing::instrument(level = "debug", name = "Cancel", skip_all, fields(queue, count))]
     async fn cancel(
         &self,
         request: Request<pb::CancelRequest>,
@@ -389,7 +389,7 @@ impl QueueService for QueueApi {
         )
     }
 
-    #[tracing::instrument(name = "Redrive", skip_all, fields(queue))]
+    #[tracing::instrument(level = "debug", name = "Redrive", skip_all, fields(queue))]
     async fn redrive(
         &self,
         request: Request<pb::RedriveRequest>,
@@ -412,7 +412,7 @@ impl QueueService for QueueApi {
         )
     }
 
-    #[tracing::instrument(name = "Stats", skip_all, fields(queue))]
+    #[tracing::instrument(level = "debug", name = "Stats", skip_all, fields(queue))]
     async fn stats(
         &self,
         request: Request<pb::StatsRequest>,
@@ -438,7 +438,7 @@ impl QueueService for QueueApi {
 
     type SubscribeStream = SubscribeStream;
 
-    #[tracing::instrument(name = "Subscribe", skip_all, fields(queue))]
+    #[tracing::instrument(level = "debug", name = "Subscribe", skip_all, fields(queue))]
     async fn subscribe(
         &self,
         request: Request<pb::SubscribeRequest>,

@@ -136,6 +136,13 @@ impl Redis {
         conn.finish(reply, self.timeout)
     }
 
+    /// Runs a pipeline of plain commands whose replies are ignored, with the Redis timeout.
+    pub async fn query_pipe(&self, pipe: &redis::Pipeline) -> Result<()> {
+        let mut conn = self.conn().await?;
+        let reply = tokio::time::timeout(self.timeout, pipe.query_async(&mut conn.mux)).await;
+        conn.finish(reply, self.timeout)
+    }
+
     /// `SCRIPT LOAD`s every script, so the first request runs by SHA at once.
     pub async fn load_scripts(&self, scripts: &[&Script]) -> Result<()> {
         for script in scripts {
