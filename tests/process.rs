@@ -287,3 +287,40 @@ async fn a_server_killed_with_deliveries_in_flight_loses_none_of_them() -> TestR
     assert_eq!(ids, ["t0", "t1", "t2"]);
     Ok(())
 }
+
+#[test]
+fn bench_runs_its_scenarios_and_reports_json() {
+    let output = Command::new(BIN)
+        .args([
+            "bench",
+            "lock",
+            "handoff",
+            "pickup",
+            "--duration",
+            "300ms",
+            "--concurrency",
+            "8",
+            "--json",
+        ])
+        .env_remove("TURNSTILE_REDIS_URL")
+        .output()
+        .expect("run bench");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{stdout}");
+    for (line, scenario) in lines.iter().zip(["lock", "handoff", "pickup"]) {
+        assert!(
+            line.starts_with(&format!("{{\"scenario\":\"{scenario}\"")),
+            "{line}"
+        );
+        for field in ["ops_per_s", "p50_ms", "p99_ms", "max_ms"] {
+            assert!(line.contains(&format!("\"{field}\":")), "{field} in {line}");
+        }
+    }
+    assert!(lines[0].contains("\"floor_ops_per_s\":") && lines[0].contains("\"ratio_to_floor\":"));
+}

@@ -265,7 +265,7 @@ pub async fn seckill(target: &Target) -> Result<Report, String> {
         let (progress, sold_out_after) = (progress.clone(), sold_out_after.clone());
         buyers.spawn(async move {
             let asked = Instant::now();
-            let acquire = locks.acquire(AcquireRequest {
+            let request = AcquireRequest {
                 name: "bench:seckill".into(),
                 owner: format!("buyer-{i}"),
                 ttl: Some(TTL),
@@ -273,11 +273,26 @@ pub async fn seckill(target: &Target) -> Result<Report, String> {
                     seconds: 60,
                     nanos: 0,
                 }),
-                request_id: String::new(),
-            });
-            let reply = tokio::select! {
-                reply = acquire => reply.map_err(failed)?.into_inner(),
-                () = sold_out.cancelled() => return Ok(None),
+                request_id: format!("buy-{i}"),
+            };
+            // Like any client (or a mesh), retry UNAVAILABLE: the first burst of 10,000
+            // calls can outlast --redis-timeout on a slow machine. The request_id makes
+            // the retry safe.
+            let mut tries = 0;
+            let reply = loop {
+                let acquire = locks.acquire(request.clone());
+                let reply = tokio::select! {
+                    reply = acquire => reply,
+                    () = sold_out.cancelled() => return Ok(None),
+                };
+                match reply {
+                    Ok(reply) => break reply.into_inner(),
+                    Err(status) if status.code() == tonic::Code::Unavailable && tries < 5 => {
+                        tries += 1;
+                        tokio::time::sleep(Duration::from_millis(100 * tries)).await;
+                    }
+                    Err(status) => return Err(failed(status)),
+                }
             };
             if !reply.acquired {
                 return Ok(None);
@@ -295,13 +310,14 @@ pub async fn seckill(target: &Target) -> Result<Report, String> {
                     sold_out.cancel();
                 }
             }
-            locks
+            // A failed release (an overloaded server answering UNAVAILABLE) is not
+            // fatal: the lease ends with its ttl and the next buyer goes on.
+            let _ = locks
                 .release(ReleaseRequest {
                     name: "bench:seckill".into(),
                     token: reply.token,
                 })
-                .await
-                .map_err(failed)?;
+                .await;
             Ok::<_, String>(sold.then(|| asked.elapsed()))
         });
     }

@@ -39,7 +39,7 @@ pub async fn serve(args: NoopArgs) -> Result<(), String> {
     tracing::info!(%addr, "ready");
     Server::builder()
         .add_service(LockServiceServer::new(NoopLocks::default()))
-        .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+        .serve_with_incoming(crate::server::incoming(listener))
         .await
         .map_err(|err| format!("server failed: {err}"))
 }

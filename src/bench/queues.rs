@@ -39,7 +39,7 @@ const PRODUCERS: usize = 2;
 const BATCH: usize = 100;
 /// Producers pause while this many tasks are enqueued and not yet acked, so latency
 /// measures the pipeline, not an ever-growing backlog.
-const BACKLOG: i64 = 4_000;
+const BACKLOG: i64 = 2_000;
 /// Batched acks: up to this many receipts, or this long after the first.
 const ACK_BATCH: usize = 64;
 const ACK_LINGER: Duration = Duration::from_millis(5);

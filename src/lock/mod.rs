@@ -192,13 +192,20 @@ impl LockStore {
             .arg(ttl_ms(spec.ttl))
             .arg(&spec.request_id)
             .arg(if will_wait { "1" } else { "0" });
-        // The owner index (for ReleaseAll) is written alongside, not after: the two go
-        // out together on the multiplexed connection, so a won lock costs one round
-        // trip. An entry for a try that lost is harmless: ReleaseAll checks the owner.
+        // The owner index (for ReleaseAll): a try-once call writes it alongside the
+        // script, not after, so a won lock costs one round trip (the two go out together
+        // on the multiplexed connection); an entry for a try that lost is harmless, as
+        // ReleaseAll checks the owner. A waiting call, whose tries mostly lose, writes
+        // it only once it has won.
         let until = now_ms() + ttl_ms(spec.ttl) as i64 + INDEX_SLACK_MS;
         let index = self.owner_index(&spec.owner, &spec.name, until);
-        let (attempt, indexed) =
-            tokio::join!(self.redis.invoke(&call), self.redis.query_pipe(&index));
+        let (attempt, indexed) = if will_wait {
+            (self.redis.invoke(&call).await, None)
+        } else {
+            let (attempt, indexed) =
+                tokio::join!(self.redis.invoke(&call), self.redis.query_pipe(&index));
+            (attempt, Some(indexed))
+        };
         let (status, text, fencing_token, expires_at_ms): (i64, String, u64, i64) = attempt?;
         if status != 1 {
             return Ok(AcquireOutcome::Held(Holder {
@@ -207,7 +214,11 @@ impl LockStore {
                 expires_at_ms,
             }));
         }
-        indexed?;
+        match indexed {
+            Some(indexed) => indexed?,
+            None if text == token => self.redis.query_pipe(&index).await?,
+            None => {}
+        }
         let lease = Lease {
             token: text,
             fencing_token,
