@@ -8,6 +8,7 @@ use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 
 use super::{
+    failed,
     report::{Extra, Report},
     sample::Progress,
     target::Target,
@@ -20,10 +21,6 @@ use crate::pb::{
 const STREAMS: usize = 1_000;
 const WAITERS: usize = 1_000;
 const MEASURE: Duration = Duration::from_secs(10);
-
-fn failed(status: tonic::Status) -> String {
-    format!("{}: {}", status.code(), status.message())
-}
 
 async fn total_commands(url: &str) -> Result<u64, String> {
     let client = redis::Client::open(url).map_err(|e| e.to_string())?;

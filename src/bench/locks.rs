@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 
 use super::{
+    failed,
     report::{Extra, Report},
     sample::{drive, Latency, Progress},
     target::Target,
@@ -32,10 +33,6 @@ const TTL: prost_types::Duration = prost_types::Duration {
     seconds: 10,
     nanos: 0,
 };
-
-fn failed(status: tonic::Status) -> String {
-    format!("{}: {}", status.code(), status.message())
-}
 
 /// Connections for `clients` concurrent callers: one per 16, at most 8.
 pub fn connections_for(clients: usize) -> usize {

@@ -19,6 +19,11 @@ use crate::config::parse_duration;
 use report::Report;
 use target::Target;
 
+/// A failed RPC as one line.
+fn failed(status: tonic::Status) -> String {
+    format!("{}: {}", status.code(), status.message())
+}
+
 /// One scenario of the bench.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Scenario {

@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 
 use super::{
+    failed,
     report::{Extra, Report},
     sample::{Latency, Progress},
     target::Target,
@@ -44,10 +45,6 @@ const BACKLOG: i64 = 2_000;
 const ACK_BATCH: usize = 64;
 const ACK_LINGER: Duration = Duration::from_millis(5);
 
-fn failed(status: tonic::Status) -> String {
-    format!("{}: {}", status.code(), status.message())
-}
-
 /// Nanoseconds since `epoch`, as a payload.
 fn stamp(epoch: Instant) -> Bytes {
     Bytes::copy_from_slice(&(epoch.elapsed().as_nanos() as u64).to_be_bytes())
@@ -66,6 +63,17 @@ fn unix_us() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as i64)
+}
+
+async fn enqueue(queues: &mut Queues, queue: &str, tasks: Vec<TaskSpec>) -> Result<(), String> {
+    queues
+        .enqueue(EnqueueRequest {
+            queue: queue.to_owned(),
+            tasks,
+        })
+        .await
+        .map_err(failed)?;
+    Ok(())
 }
 
 /// Acks receipts one RPC each, or in batches as worker libraries do; counts what was
@@ -209,13 +217,7 @@ pub async fn queue(target: &Target, duration: Duration, batched: bool) -> Result
                     })
                     .collect();
                 enqueued.fetch_add(BATCH as i64, Ordering::Relaxed);
-                queues
-                    .enqueue(EnqueueRequest {
-                        queue: queue.clone(),
-                        tasks,
-                    })
-                    .await
-                    .map_err(failed)?;
+                enqueue(&mut queues, &queue, tasks).await?;
             }
             Ok::<_, String>(())
         });
@@ -380,16 +382,11 @@ pub async fn pickup(target: &Target, duration: Duration) -> Result<Report, Strin
     let mut sent = 0u64;
     while started.elapsed() < duration {
         tick.tick().await;
-        queues
-            .enqueue(EnqueueRequest {
-                queue: queue.clone(),
-                tasks: vec![TaskSpec {
-                    payload: stamp(epoch),
-                    ..TaskSpec::default()
-                }],
-            })
-            .await
-            .map_err(failed)?;
+        let task = TaskSpec {
+            payload: stamp(epoch),
+            ..TaskSpec::default()
+        };
+        enqueue(&mut queues, &queue, vec![task]).await?;
         sent += 1;
         progress.tick();
     }
@@ -449,13 +446,7 @@ pub async fn delayed(target: &Target) -> Result<Report, String> {
                 ..TaskSpec::default()
             })
             .collect();
-        queues
-            .enqueue(EnqueueRequest {
-                queue: queue.clone(),
-                tasks,
-            })
-            .await
-            .map_err(failed)?;
+        enqueue(&mut queues, &queue, tasks).await?;
     }
     let until = Instant::now() + Duration::from_millis((SPREAD_MS + 1_000 + 10_000) as u64);
     let mut shown_count = 0;
