@@ -375,6 +375,65 @@ async fn release_all_frees_every_lock_of_the_owner_and_no_other() -> TestResult 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_all_frees_locks_won_by_waiting_and_never_ones_only_tried() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut locks = server.locks().await;
+    // A try that lost leaves alice an index entry for bob's lock: harmless.
+    assert!(
+        locks
+            .acquire(acquire("bobs", "bob", 10_000, 0))
+            .await?
+            .into_inner()
+            .acquired
+    );
+    assert!(
+        !locks
+            .acquire(acquire("bobs", "alice", 10_000, 0))
+            .await?
+            .into_inner()
+            .acquired
+    );
+    // A lock alice wins by waiting is indexed once won.
+    let carol = locks
+        .acquire(acquire("shared", "carol", 10_000, 0))
+        .await?
+        .into_inner();
+    let mut waiter = server.locks().await;
+    let waiting = tokio::spawn(async move {
+        waiter
+            .acquire(acquire("shared", "alice", 10_000, 5_000))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        locks
+            .release(release("shared", &carol.token))
+            .await?
+            .into_inner()
+            .released
+    );
+    assert!(waiting.await??.into_inner().acquired);
+
+    let released = locks
+        .release_all(ReleaseAllRequest {
+            owner: "alice".into(),
+        })
+        .await?
+        .into_inner()
+        .released;
+    assert_eq!(released, ["shared"]);
+    assert!(
+        locks
+            .describe(describe("bobs", ""))
+            .await?
+            .into_inner()
+            .held
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_client_never_leaves_a_lock_longer_than_its_ttl() -> TestResult {
     let redis = TestRedis::start().await;
     let server = TestServer::start(&redis).await;

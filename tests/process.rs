@@ -11,7 +11,9 @@ use std::{
     time::Duration,
 };
 
-use common::{json_field, ms, ready_line, ServerProcess, TempDir, TestRedis, TestResult, BIN};
+use common::{
+    json_field, ms, ready_line, serve_command, ServerProcess, TempDir, TestRedis, TestResult, BIN,
+};
 use tokio_stream::StreamExt;
 use turnstile::pb::{
     hold_response::Event, lock_service_client::LockServiceClient, subscribe_response, AckRequest,
@@ -40,16 +42,8 @@ fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_starts_embedded_redis_logs_ready_and_drains_on_sigterm() -> TestResult {
     let dir = TempDir::new("proc");
-    let mut child = Command::new(BIN)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--log-format",
-            "json",
-        ])
+    let mut child = serve_command()
+        .args(["--log-format", "json"])
         .arg("--data-dir")
         .arg(dir.0.join("data"))
         .env_remove("TURNSTILE_REDIS_URL")
@@ -107,14 +101,7 @@ async fn serve_starts_embedded_redis_logs_ready_and_drains_on_sigterm() -> TestR
 #[test]
 fn serve_without_redis_server_on_path_says_how_to_fix_it() {
     let dir = TempDir::new("nopath");
-    let output = Command::new(BIN)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "127.0.0.1:0",
-        ])
+    let output = serve_command()
         .arg("--data-dir")
         .arg(dir.0.join("data"))
         .env("PATH", dir.0.as_os_str())

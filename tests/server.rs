@@ -125,3 +125,16 @@ async fn reflection_v1_and_v1alpha_list_both_services() -> TestResult {
         .any(|s| s.name == "turnstile.v1.LockService"));
     Ok(())
 }
+
+#[tokio::test]
+async fn accepted_connections_have_nagle_off() -> TestResult {
+    // With Nagle on, a small stream message waits for the peer's delayed ACK (40 ms),
+    // which broke the promptness of pushes and wake-ups.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let mut incoming = Box::pin(turnstile::server::incoming(listener));
+    let _client = tokio::net::TcpStream::connect(addr).await?;
+    let accepted = incoming.next().await.expect("a connection")?;
+    assert!(accepted.nodelay()?);
+    Ok(())
+}

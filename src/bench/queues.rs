@@ -311,7 +311,7 @@ async fn queue_floor(url: &str, duration: Duration) -> Result<f64, String> {
             Ok::<_, String>(())
         });
     }
-    for k in 0..SUBSCRIBERS {
+    for _ in 0..SUBSCRIBERS {
         let (store, queue, acked, progress) = (
             store.clone(),
             queue.clone(),
@@ -325,7 +325,6 @@ async fn queue_floor(url: &str, duration: Duration) -> Result<f64, String> {
             max_in_flight: MAX_IN_FLIGHT,
             visibility: Duration::from_secs(30),
         }];
-        let _ = k;
         workers.spawn(async move {
             while Instant::now() < until {
                 let dispatched = store

@@ -9,19 +9,15 @@ local now = now_ms()
 reclaim(now)
 local tag = ARGV[1]
 local out = {}
-for _, entry in ipairs(redis.call('ZRANGEBYLEX', KEYS[8], tag_range(tag))) do
-  local id = string.sub(entry, #tag + 2)
-  local meta = load(id)
+each_leased(tag, function(entry, id, meta)
   if meta and meta.st == 'f' and meta.w == tag and meta.lexp > now then
     meta.s = ARGV[2]
-    meta.lexp = now + tonumber(ARGV[3])
-    store(id, meta)
-    redis.call('ZADD', KEYS[2], 'XX', meta.lexp, member_of(meta, id))
+    relet(id, meta, now + tonumber(ARGV[3]))
     for _, v in ipairs(row(id, meta, redis.call('HGET', KEYS[5], id), now)) do
       table.insert(out, v)
     end
   elseif not meta or meta.w ~= tag then
     redis.call('ZREM', KEYS[8], entry)
   end
-end
+end)
 return out

@@ -1,5 +1,5 @@
 -- cancel.lua: remove tasks that are not in flight (DELAYED, READY or DEAD).
--- KEYS[1..7] as in prelude.lua
+-- KEYS[1..8] as in prelude.lua
 -- ARGV: the ids
 -- Clock: Redis TIME (for the dedupe window).
 -- Returns the ids removed.

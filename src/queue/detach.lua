@@ -12,14 +12,10 @@ local grace = tonumber(ARGV[3])
 local returned, kept = 0, 0
 for i = 4, #ARGV, 2 do
   local tag, session = ARGV[i], ARGV[i + 1]
-  for _, entry in ipairs(redis.call('ZRANGEBYLEX', KEYS[8], tag_range(tag))) do
-    local id = string.sub(entry, #tag + 2)
-    local meta = load(id)
+  each_leased(tag, function(_, id, meta)
     if meta and meta.st == 'f' and meta.w == tag and meta.s == session then
       if grace > 0 then
-        meta.lexp = now + grace
-        store(id, meta)
-        redis.call('ZADD', KEYS[2], 'XX', meta.lexp, member_of(meta, id))
+        relet(id, meta, now + grace)
         kept = kept + 1
       else
         unlease(id, meta)
@@ -28,7 +24,7 @@ for i = 4, #ARGV, 2 do
         end
       end
     end
-  end
+  end)
 end
 if returned > 0 then
   redis.call('PUBLISH', ARGV[1], ARGV[2])

@@ -40,31 +40,15 @@ end
 local rows = {}
 each_within_budget(due, tonumber(ARGV[2]), function(member, id, meta, payload, n)
   local stream = streams[owner[n]]
-  redis.call('ZREM', KEYS[1], member)
-  meta.att = meta.att + 1
-  meta.st = 'f'
-  meta.rcpt = ARGV[1] .. string.format('%x', n) .. ':' .. id
-  meta.lexp = now + stream.vis
-  meta.w = stream.tag
-  meta.s = stream.session
-  store(id, meta)
-  redis.call('ZADD', KEYS[2], meta.lexp, member)
-  redis.call('ZADD', KEYS[8], 0, stream.tag .. '\0' .. id)
+  take(member, meta)
+  lease_out(member, id, meta, ARGV[1], n, now + stream.vis, stream.tag, stream.session)
   stream.held = stream.held + 1
   table.insert(rows, owner[n])
   for _, v in ipairs(row(id, meta, payload, now)) do
     table.insert(rows, v)
   end
 end)
-local out = {now, -1, -1}
-local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if first[2] then
-  out[2] = tonumber(first[2])
-end
-local lease_end = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-if lease_end[2] then
-  out[3] = tonumber(lease_end[2])
-end
+local out = {now, first_score(KEYS[1]), first_score(KEYS[2])}
 for _, stream in ipairs(streams) do
   table.insert(out, stream.held)
 end

@@ -1,5 +1,5 @@
 -- extend_lease.lua: push a live delivery's lease end to now + visibility.
--- KEYS[1..7] as in prelude.lua
+-- KEYS[1..8] as in prelude.lua
 -- ARGV[1] receipt, ARGV[2] visibility ms
 -- Clock: Redis TIME.
 -- Returns {1, lease end ms} extended, {0} stale receipt.
@@ -8,7 +8,5 @@ local id, meta = delivery(ARGV[1], now)
 if not id then
   return {0}
 end
-meta.lexp = now + tonumber(ARGV[2])
-store(id, meta)
-redis.call('ZADD', KEYS[2], 'XX', meta.lexp, member_of(meta, id))
+relet(id, meta, now + tonumber(ARGV[2]))
 return {1, meta.lexp}

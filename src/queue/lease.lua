@@ -1,6 +1,6 @@
 -- lease.lua: take up to max_tasks READY tasks, earliest due first (ties in enqueue
 -- order), first returning expired leases.
--- KEYS[1..7] as in prelude.lua
+-- KEYS[1..8] as in prelude.lua
 -- ARGV[1] max_tasks, ARGV[2] visibility ms, ARGV[3] auto_ack ('1'/'0'),
 -- ARGV[4] the most payload bytes to return (always at least one task),
 -- ARGV[5] receipt prefix (random, per call)
@@ -14,30 +14,20 @@ local max_tasks, visibility, auto_ack = tonumber(ARGV[1]), tonumber(ARGV[2]), AR
 local budget = tonumber(ARGV[4])
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, max_tasks)
 local out = {0}
-each_within_budget(due, budget, function(member, id, meta, payload)
-  redis.call('ZREM', KEYS[1], member)
-  meta.att = meta.att + 1
-  meta.st = 'f'
+each_within_budget(due, budget, function(member, id, meta, payload, n)
+  take(member, meta)
   if auto_ack then
     forget(id, meta, now)
   else
-    meta.rcpt = ARGV[5] .. string.format('%x', #out) .. ':' .. id
-    meta.lexp = now + visibility
-    store(id, meta)
-    redis.call('ZADD', KEYS[2], meta.lexp, member)
+    lease_out(member, id, meta, ARGV[5], n, now + visibility)
   end
   for _, v in ipairs(row(id, meta, payload, now)) do
     table.insert(out, v)
   end
 end)
-local next_due = -1
-local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if first[2] then
-  next_due = tonumber(first[2])
-end
-local lease_end = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-if lease_end[2] and (next_due < 0 or tonumber(lease_end[2]) < next_due) then
-  next_due = tonumber(lease_end[2])
+local next_due, lease_end = first_score(KEYS[1]), first_score(KEYS[2])
+if lease_end >= 0 and (next_due < 0 or lease_end < next_due) then
+  next_due = lease_end
 end
 out[1] = next_due
 return out

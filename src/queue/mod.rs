@@ -451,8 +451,7 @@ impl QueueStore {
             if stream == 0 || stream > streams.len() {
                 return Err(Error::Internal(format!("dispatch named stream {stream}")));
             }
-            let task = rows(&chunk[1..])?.pop();
-            tasks.extend(task.map(|task| (stream - 1, task)));
+            tasks.push((stream - 1, task_row(&chunk[1..])?));
         }
         Ok(Dispatched {
             now_ms: int(reply.first())?,
@@ -592,7 +591,7 @@ impl QueueStore {
     }
 }
 
-/// Decodes rows of 9 values (see `row()` in prelude.lua).
+/// Decodes rows of 9 values each.
 fn rows(values: &[redis::Value]) -> Result<Vec<Task>> {
     if !values.len().is_multiple_of(9) {
         return Err(Error::Internal(format!(
@@ -600,22 +599,23 @@ fn rows(values: &[redis::Value]) -> Result<Vec<Task>> {
             values.len()
         )));
     }
-    values
-        .chunks(9)
-        .map(|r| {
-            Ok(Task {
-                id: String::from_utf8_lossy(&bytes(&r[0])?).into_owned(),
-                payload: Bytes::from(bytes(&r[1])?),
-                state: TaskState::from_script(&bytes(&r[2])?)?,
-                due_at_ms: int(Some(&r[3]))?,
-                enqueued_at_ms: int(Some(&r[4]))?,
-                attempt: int(Some(&r[5]))? as u32,
-                max_attempts: int(Some(&r[6]))? as u32,
-                receipt: String::from_utf8_lossy(&bytes(&r[7])?).into_owned(),
-                lease_expires_at_ms: int(Some(&r[8]))?,
-            })
-        })
-        .collect()
+    values.chunks(9).map(task_row).collect()
+}
+
+/// Decodes one row: id, payload, state, due, enq, att, max, receipt, lease end (see
+/// `row()` in prelude.lua).
+fn task_row(r: &[redis::Value]) -> Result<Task> {
+    Ok(Task {
+        id: String::from_utf8_lossy(&bytes(&r[0])?).into_owned(),
+        payload: Bytes::from(bytes(&r[1])?),
+        state: TaskState::from_script(&bytes(&r[2])?)?,
+        due_at_ms: int(Some(&r[3]))?,
+        enqueued_at_ms: int(Some(&r[4]))?,
+        attempt: int(Some(&r[5]))? as u32,
+        max_attempts: int(Some(&r[6]))? as u32,
+        receipt: String::from_utf8_lossy(&bytes(&r[7])?).into_owned(),
+        lease_expires_at_ms: int(Some(&r[8]))?,
+    })
 }
 
 fn bytes(value: &redis::Value) -> Result<Vec<u8>> {

@@ -76,6 +76,52 @@ local function unlease(id, meta)
   end
 end
 
+-- The lowest score in a sorted set, or -1 when it is empty.
+local function first_score(key)
+  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  if first[2] then
+    return tonumber(first[2])
+  end
+  return -1
+end
+
+-- Takes a pending task out for a delivery: attempt + 1.
+local function take(member, meta)
+  redis.call('ZREM', KEYS[1], member)
+  meta.att = meta.att + 1
+  meta.st = 'f'
+end
+
+-- Leases a taken task until lexp under the receipt "<prefix><n hex>:<id>"; with a
+-- Subscribe tag, also to that stream (its session) in the leased index.
+local function lease_out(member, id, meta, prefix, n, lexp, tag, session)
+  meta.rcpt = prefix .. string.format('%x', n) .. ':' .. id
+  meta.lexp = lexp
+  meta.w = tag
+  meta.s = session
+  store(id, meta)
+  redis.call('ZADD', KEYS[2], lexp, member)
+  if tag then
+    redis.call('ZADD', KEYS[8], 0, tag .. '\0' .. id)
+  end
+end
+
+-- Moves a live delivery's lease end to lexp (same receipt).
+local function relet(id, meta, lexp)
+  meta.lexp = lexp
+  store(id, meta)
+  redis.call('ZADD', KEYS[2], 'XX', lexp, member_of(meta, id))
+end
+
+-- Calls visit(entry, id, meta) for each Subscribe delivery indexed under tag (meta
+-- nil when the task is gone).
+local function each_leased(tag, visit)
+  for _, entry in ipairs(redis.call('ZRANGEBYLEX', KEYS[8], tag_range(tag))) do
+    local id = string.sub(entry, #tag + 2)
+    visit(entry, id, load(id))
+  end
+end
+
 -- A delivery that ended without an ack: back to pending at `due`, or dead when out
 -- of attempts. The caller called unlease().
 local function give_back(id, meta, due)

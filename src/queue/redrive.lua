@@ -1,5 +1,5 @@
 -- redrive.lua: move DEAD tasks back to READY with their attempts reset.
--- KEYS[1..7] as in prelude.lua
+-- KEYS[1..8] as in prelude.lua
 -- ARGV[1] the queue-changed channel, ARGV[2] its message, then the ids (none: all DEAD)
 -- No clock: a dead task's due time is in the past, so it is READY at once.
 -- Returns how many tasks moved.

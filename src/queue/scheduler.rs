@@ -323,7 +323,7 @@ impl Scheduler {
     /// Detaches ended streams, attaches new worker streams, then leases to every stream
     /// with a free slot. Returns when to look again without being woken.
     async fn pass(&self, feed: &Feed, next: &mut Next) -> Result<Option<Instant>> {
-        let (ended, attach, eligible) = {
+        let (ended, attach, eligible, slots) = {
             let mut members = feed.members();
             let ended = std::mem::take(&mut members.ended);
             let attach: Vec<(u64, StreamSlots)> = members
@@ -335,12 +335,13 @@ impl Scheduler {
             let count = members.streams.len();
             let turn = members.turn;
             members.turn = members.turn.wrapping_add(1);
-            let eligible: Vec<(u64, u64, StreamSlots)> = (0..count)
+            // Who is asked (id, freed count at the ask), and their slots in that order.
+            let (eligible, slots): (Vec<(u64, u64)>, Vec<StreamSlots>) = (0..count)
                 .map(|k| &members.streams[(turn + k) % count])
                 .filter(|m| !m.full)
-                .map(|m| (m.id, m.freed, m.slots.clone()))
-                .collect();
-            (ended, attach, eligible)
+                .map(|m| ((m.id, m.freed), m.slots.clone()))
+                .unzip();
+            (ended, attach, eligible, slots)
         };
         self.detach(feed, ended).await?;
         for (id, slots) in attach {
@@ -355,9 +356,8 @@ impl Scheduler {
             }
         }
         if !eligible.is_empty() {
-            let slots: Vec<StreamSlots> = eligible.iter().map(|(_, _, s)| s.clone()).collect();
             let dispatched = self.store.dispatch(&feed.queue, &slots).await?;
-            *next = Self::deliver(feed, &eligible, dispatched);
+            *next = Self::deliver(feed, &eligible, &slots, dispatched);
         }
         let any_free = feed.members().streams.iter().any(|m| !m.full);
         Ok(if any_free {
@@ -368,7 +368,12 @@ impl Scheduler {
     }
 
     /// Hands one dispatch's tasks to their streams and records who is full now.
-    fn deliver(feed: &Feed, eligible: &[(u64, u64, StreamSlots)], dispatched: Dispatched) -> Next {
+    fn deliver(
+        feed: &Feed,
+        eligible: &[(u64, u64)],
+        slots: &[StreamSlots],
+        dispatched: Dispatched,
+    ) -> Next {
         // Counted from Redis' clock at the call, so a skewed local clock cannot make
         // the loop spin early or sleep late.
         let at = |ms: i64| {
@@ -387,7 +392,7 @@ impl Scheduler {
                 let _ = member.tx.send(Ok(task));
             }
         }
-        for ((id, freed, slots), held) in eligible.iter().zip(dispatched.held) {
+        for (((id, freed), slots), held) in eligible.iter().zip(slots).zip(dispatched.held) {
             if let Some(member) = members.streams.iter_mut().find(|m| m.id == *id) {
                 if member.freed == *freed {
                     member.full = held >= slots.max_in_flight;

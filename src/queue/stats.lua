@@ -1,5 +1,5 @@
 -- stats.lua: queue depths (expired leases are returned first, as Lease would).
--- KEYS[1..7] as in prelude.lua
+-- KEYS[1..8] as in prelude.lua
 -- No ARGV. Clock: Redis TIME.
 -- Returns {ready, delayed, in_flight, dead, oldest_ready_at (-1 none), next_due_at (-1 none)}.
 local now = now_ms()

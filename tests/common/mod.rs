@@ -269,6 +269,19 @@ pub fn with_timeout<T>(message: T, timeout: Duration) -> tonic::Request<T> {
 /// The server binary of this build.
 pub const BIN: &str = env!("CARGO_BIN_EXE_turnstile");
 
+/// `turnstile serve` on free loopback ports (gRPC and metrics).
+pub fn serve_command() -> Command {
+    let mut command = Command::new(BIN);
+    command.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics-listen",
+        "127.0.0.1:0",
+    ]);
+    command
+}
+
 /// Reads stderr lines until one contains `ready`; returns it (a thread keeps draining).
 pub fn ready_line(child: &mut Child) -> String {
     let stderr = child.stderr.take().expect("piped stderr");
@@ -306,18 +319,8 @@ pub struct ServerProcess {
 
 impl ServerProcess {
     pub fn start(redis: &TestRedis) -> Self {
-        let mut child = Command::new(BIN)
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--metrics-listen",
-                "127.0.0.1:0",
-                "--log-format",
-                "json",
-                "--redis-url",
-                &redis.url(),
-            ])
+        let mut child = serve_command()
+            .args(["--log-format", "json", "--redis-url", &redis.url()])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
