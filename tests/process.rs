@@ -310,4 +310,12 @@ fn bench_runs_its_scenarios_and_reports_json() {
         }
     }
     assert!(lines[0].contains("\"floor_ops_per_s\":") && lines[0].contains("\"ratio_to_floor\":"));
+    // What the run cost Redis, from INFO (the bench started the Redis, so it knows it).
+    for field in ["redis_cpu_pct", "redis_us_per_op", "scripts_per_op"] {
+        assert!(
+            lines[0].contains(&format!("\"{field}\":")),
+            "{field} in {}",
+            lines[0]
+        );
+    }
 }

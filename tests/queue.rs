@@ -226,6 +226,66 @@ async fn a_duplicate_id_is_kept_by_default_and_replaced_only_when_not_in_flight(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_batch_is_decided_in_order_as_if_enqueued_one_by_one() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    enqueue(&mut queues, vec![spec("old", "stored")]).await?;
+    let replace = |id: &str, payload: &str| TaskSpec {
+        on_duplicate: DuplicatePolicy::Replace as i32,
+        ..spec(id, payload)
+    };
+    let results = enqueue(
+        &mut queues,
+        vec![
+            spec("a", "a1"),
+            spec("b", "b1"),
+            replace("a", "a2"),
+            spec("b", "b2"),
+            replace("old", "fresh"),
+            replace("old", "fresher"),
+        ],
+    )
+    .await?;
+    let flags: Vec<(bool, bool)> = results.iter().map(|r| (r.created, r.replaced)).collect();
+    assert_eq!(
+        flags,
+        [
+            (true, false),
+            (true, false),
+            (false, true),
+            (false, false),
+            (false, true),
+            (false, true),
+        ]
+    );
+    // One task per id, the last payload each policy let in, and a replace leaves
+    // after the tasks enqueued before it (all are due now, so enqueue order rules).
+    let tasks = lease(&mut queues, 10, 30_000).await?;
+    let got: Vec<(&str, &[u8])> = tasks
+        .iter()
+        .map(|t| (t.id.as_str(), &t.payload[..]))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("b", &b"b1"[..]),
+            ("a", &b"a2"[..]),
+            ("old", &b"fresher"[..])
+        ]
+    );
+    assert_eq!(tasks[1].attempt, 1);
+    // The same receipt twice in one Ack counts once.
+    let receipt = tasks[0].receipt.as_str();
+    assert_eq!(
+        ack(&mut queues, &[receipt, receipt, "nonsense"]).await?,
+        [true, false, false]
+    );
+    assert_eq!(stats(&mut queues).await?.in_flight, 2);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dedupe_window_refuses_a_late_duplicate_after_ack_cancel_or_auto_ack() -> TestResult {
     let redis = TestRedis::start().await;
     let server = TestServer::start(&redis).await;

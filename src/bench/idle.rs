@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     failed,
+    redis_cost::Usage,
     report::{Extra, Report},
     sample::Progress,
     target::Target,
@@ -21,23 +22,6 @@ use crate::pb::{
 const STREAMS: usize = 1_000;
 const WAITERS: usize = 1_000;
 const MEASURE: Duration = Duration::from_secs(10);
-
-async fn total_commands(url: &str) -> Result<u64, String> {
-    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
-    let mut conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .map_err(|e| e.to_string())?;
-    let info: String = redis::cmd("INFO")
-        .arg("stats")
-        .query_async(&mut conn)
-        .await
-        .map_err(|e| e.to_string())?;
-    info.lines()
-        .find_map(|line| line.strip_prefix("total_commands_processed:"))
-        .and_then(|n| n.trim().parse().ok())
-        .ok_or_else(|| "no total_commands_processed in INFO".into())
-}
 
 /// VmRSS of `pid` in MB.
 fn rss_mb(pid: u32) -> Option<f64> {
@@ -121,19 +105,13 @@ pub async fn idle(target: &Target) -> Result<Report, String> {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let (progress, shown) = Progress::show("idle".into());
     let url = target.redis_url.clone();
-    let before = match &url {
-        Some(url) => Some(total_commands(url).await?),
-        None => None,
-    };
+    let before = Usage::read_if(url.as_deref()).await?;
     let started = Instant::now();
     while started.elapsed() < MEASURE {
         tokio::time::sleep(Duration::from_millis(250)).await;
         progress.tick();
     }
-    let after = match &url {
-        Some(url) => Some(total_commands(url).await?),
-        None => None,
-    };
+    let after = Usage::read_if(url.as_deref()).await?;
     let elapsed = started.elapsed().as_secs_f64();
     let rss = target.server_pid.and_then(rss_mb);
     drop(shown);
@@ -149,7 +127,7 @@ pub async fn idle(target: &Target) -> Result<Report, String> {
     // Our own INFO is one of the commands counted.
     let per_s = before
         .zip(after)
-        .map(|(b, a)| a.saturating_sub(b).saturating_sub(1) as f64 / elapsed);
+        .map(|(b, a)| a.commands.saturating_sub(b.commands).saturating_sub(1) as f64 / elapsed);
     let mut report = Report {
         scenario: "idle",
         ops_per_s: per_s.unwrap_or(f64::NAN),

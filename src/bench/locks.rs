@@ -15,6 +15,7 @@ use tonic::transport::Channel;
 
 use super::{
     failed,
+    redis_cost::Usage,
     report::{Extra, Report},
     sample::{drive, Latency, Progress},
     target::Target,
@@ -93,6 +94,7 @@ async fn grpc_cycle(mut c: Cycler) -> Result<Cycler, String> {
 pub async fn lock(target: &Target, clients: usize, duration: Duration) -> Result<Report, String> {
     let connections = connections_for(clients);
     let channels = target.server_channels(connections).await?;
+    let before = Usage::read_if(target.redis_url.as_deref()).await?;
     let turnstile = drive(
         "lock",
         cyclers(&channels, clients, "lock"),
@@ -100,6 +102,7 @@ pub async fn lock(target: &Target, clients: usize, duration: Duration) -> Result
         grpc_cycle,
     )
     .await?;
+    let after = Usage::read_if(target.redis_url.as_deref()).await?;
 
     let noop = target.noop_channels(connections).await?;
     let transport = drive(
@@ -126,6 +129,9 @@ pub async fn lock(target: &Target, clients: usize, duration: Duration) -> Result
         );
     if let Some(redis) = redis {
         report = report.extra("redis_floor_ops_per_s", Extra::Number(redis));
+    }
+    if let Some((before, after)) = before.zip(after) {
+        report = before.add_to(after, turnstile.count, report);
     }
     report.floor_ops_per_s = Some(floor);
     Ok(report)

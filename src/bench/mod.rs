@@ -7,6 +7,7 @@ mod idle;
 mod locks;
 pub mod noop;
 mod queues;
+mod redis_cost;
 mod report;
 mod sample;
 mod target;

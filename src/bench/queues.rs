@@ -18,6 +18,7 @@ use tonic::transport::Channel;
 
 use super::{
     failed,
+    redis_cost::Usage,
     report::{Extra, Report},
     sample::{Latency, Progress},
     target::Target,
@@ -197,6 +198,7 @@ pub async fn queue(target: &Target, duration: Duration, batched: bool) -> Result
     .await?;
     let (progress, shown) = Progress::show(name.into());
     let enqueued = Arc::new(AtomicI64::new(0));
+    let before = Usage::read_if(target.redis_url.as_deref()).await?;
     let started = Instant::now();
     let until = started + duration;
     let mut producers = JoinSet::new();
@@ -237,6 +239,7 @@ pub async fn queue(target: &Target, duration: Duration, batched: bool) -> Result
     tokio::time::sleep_until(until).await;
     let done = acked.load(Ordering::Relaxed);
     let elapsed = started.elapsed();
+    let after = Usage::read_if(target.redis_url.as_deref()).await?;
     reporter.abort();
     while let Some(producer) = producers.join_next().await {
         producer.map_err(|e| e.to_string())??;
@@ -255,10 +258,14 @@ pub async fn queue(target: &Target, duration: Duration, batched: bool) -> Result
             }),
         )
         .extra("subscribers", Extra::Count(SUBSCRIBERS as u64));
+    if let Some((before, after)) = before.zip(after) {
+        report = before.add_to(after, done, report);
+    }
     if batched {
         if let Some(url) = &target.redis_url {
-            let floor = queue_floor(url, duration).await?;
+            let (floor, us_per_task) = queue_floor(url, duration).await?;
             report.floor_ops_per_s = Some(floor);
+            report = report.extra("floor_redis_us_per_op", Extra::Number(us_per_task));
         }
     }
     Ok(report)
@@ -266,8 +273,8 @@ pub async fn queue(target: &Target, duration: Duration, batched: bool) -> Result
 
 /// The same enqueue, dispatch and ack scripts run straight on Redis by the library's
 /// `QueueStore`: producers enqueue batches, consumers take up to 64 and ack them in one
-/// call. No gRPC.
-async fn queue_floor(url: &str, duration: Duration) -> Result<f64, String> {
+/// call. No gRPC. Tasks per second, and Redis CPU µs per task.
+async fn queue_floor(url: &str, duration: Duration) -> Result<(f64, f64), String> {
     let redis = Redis::new(url, Duration::from_secs(2), Keys::new("turnstile"))
         .map_err(|err| err.to_string())?;
     let store = QueueStore::new(redis);
@@ -275,6 +282,7 @@ async fn queue_floor(url: &str, duration: Duration) -> Result<f64, String> {
     let (progress, _shown) = Progress::show("queue (redis floor)".into());
     let enqueued = Arc::new(AtomicI64::new(0));
     let acked = Arc::new(AtomicU64::new(0));
+    let before = Usage::read(url).await?;
     let started = Instant::now();
     let until = started + duration;
     let mut workers = JoinSet::new();
@@ -354,7 +362,9 @@ async fn queue_floor(url: &str, duration: Duration) -> Result<f64, String> {
     while let Some(worker) = workers.join_next().await {
         worker.map_err(|e| e.to_string())??;
     }
-    Ok(acked.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64())
+    let done = acked.load(Ordering::Relaxed);
+    let cost = before.cpu_us_per_op(Usage::read(url).await?, done);
+    Ok((done as f64 / started.elapsed().as_secs_f64(), cost))
 }
 
 /// `pickup`: one idle subscriber; tasks enqueued one at a time, 5 ms apart.

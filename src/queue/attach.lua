@@ -4,7 +4,7 @@
 -- KEYS[1..8] as in prelude.lua
 -- ARGV[1] tag, ARGV[2] session, ARGV[3] visibility ms
 -- Clock: Redis TIME.
--- Returns 9 per task as prelude.lua's row().
+-- Returns 9 per task as prelude.lua's push_row().
 local now = now_ms()
 reclaim(now)
 local tag = ARGV[1]
@@ -13,9 +13,7 @@ each_leased(tag, function(entry, id, meta)
   if meta and meta.st == 'f' and meta.w == tag and meta.lexp > now then
     meta.s = ARGV[2]
     relet(id, meta, now + tonumber(ARGV[3]))
-    for _, v in ipairs(row(id, meta, redis.call('HGET', KEYS[5], id), now)) do
-      table.insert(out, v)
-    end
+    push_row(out, id, meta, redis.call('HGET', KEYS[5], id), now)
   elseif not meta or meta.w ~= tag then
     redis.call('ZREM', KEYS[8], entry)
   end

@@ -9,7 +9,7 @@
 -- Clock: Redis TIME.
 -- Returns {now, next_pending, next_lease_end, held_1..held_n, rows...}: next_* are -1
 -- when none; held_i is stream i's deliveries after this call; then 10 per task:
--- the stream's index (1-based), then prelude.lua's row().
+-- the stream's index (1-based), then prelude.lua's push_row().
 local now = now_ms()
 reclaim(now)
 local streams = {}
@@ -18,41 +18,51 @@ for i = 3, #ARGV, 4 do
   local tag = ARGV[i]
   local held = redis.call('ZLEXCOUNT', KEYS[8], tag_range(tag))
   local free = math.max(tonumber(ARGV[i + 2]) - held, 0)
-  table.insert(streams, {tag = tag, session = ARGV[i + 1], vis = tonumber(ARGV[i + 3]), held = held, free = free})
+  local lexp = now + tonumber(ARGV[i + 3])
+  -- Scores go to ZADD as strings: converting a Lua number costs more than the ZADD.
+  streams[#streams + 1] = {tag = tag, session = ARGV[i + 1], lexp = lexp,
+    lexp_score = string.format('%d', lexp), held = held, free = free}
   free_total = free_total + free
 end
 local due = {}
 if free_total > 0 then
   due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, free_total)
 end
--- Round robin: stream k gets due[n] when owner[n] == k. #due <= free_total, so the
--- inner loop always finds a stream with a free slot.
-local owner = {}
+local ids, metas, payloads = within_budget(due, tonumber(ARGV[2]))
+-- Round robin: #ids <= free_total, so the inner loop always finds a stream with a
+-- free slot. The rows go straight into the reply after its head (filled in last).
+local out = {now, -1, -1}
+for n = 1, #streams do
+  out[3 + n] = 0
+end
+local taken, writes, leases, leased = {}, {}, {}, {}
 local k = 1
-for n = 1, #due do
-  while streams[k].free == 0 do
+for n, id in ipairs(ids) do
+  local meta = metas[n]
+  taken[n] = due[n]
+  if meta then
+    while streams[k].free == 0 do
+      k = k % #streams + 1
+    end
+    local stream = streams[k]
+    stream.free = stream.free - 1
+    stream.held = stream.held + 1
+    take(meta)
+    lease_out(id, meta, ARGV[1], n, stream.lexp, stream.tag, stream.session)
+    writes[#writes + 1] = id; writes[#writes + 1] = encode(meta)
+    leases[#leases + 1] = stream.lexp_score; leases[#leases + 1] = due[n]
+    leased[#leased + 1] = '0'; leased[#leased + 1] = stream.tag .. '\0' .. id
+    out[#out + 1] = k
+    push_row(out, id, meta, payloads[n], now)
     k = k % #streams + 1
   end
-  owner[n] = k
-  streams[k].free = streams[k].free - 1
-  k = k % #streams + 1
 end
-local rows = {}
-each_within_budget(due, tonumber(ARGV[2]), function(member, id, meta, payload, n)
-  local stream = streams[owner[n]]
-  take(member, meta)
-  lease_out(member, id, meta, ARGV[1], n, now + stream.vis, stream.tag, stream.session)
-  stream.held = stream.held + 1
-  table.insert(rows, owner[n])
-  for _, v in ipairs(row(id, meta, payload, now)) do
-    table.insert(rows, v)
-  end
-end)
-local out = {now, first_score(KEYS[1]), first_score(KEYS[2])}
-for _, stream in ipairs(streams) do
-  table.insert(out, stream.held)
+write_deliveries(taken, writes, leases)
+if #leased > 0 then
+  bulk('ZADD', KEYS[8], leased)
 end
-for _, v in ipairs(rows) do
-  table.insert(out, v)
+out[2], out[3] = first_score(KEYS[1]), first_score(KEYS[2])
+for n, stream in ipairs(streams) do
+  out[3 + n] = stream.held
 end
 return out

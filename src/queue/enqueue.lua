@@ -5,45 +5,78 @@
 --   schedule value, policy ('k' keep | 'r' replace), max_attempts, dedupe window ms
 -- Clock: Redis TIME.
 -- Returns 3 per task: created (0/1), replaced (0/1), due (Unix ms; 0 if none stored).
+-- Tasks are decided in order, as if enqueued one by one: a later task with an id
+-- earlier in the batch sees that one. The writes then go out as one command per key.
 local now = now_ms()
+-- Scores go to ZADD as strings: converting a Lua number costs more than the ZADD.
+local now_score = string.format('%d', now)
 redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', now)
-local out = {}
-local changed = false
+local ids = {}
 for i = 3, #ARGV, 7 do
-  local id, payload, kind, value = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
-  local policy, max, dd = ARGV[i + 4], tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6])
-  local due = now
+  ids[#ids + 1] = ARGV[i]
+end
+local stored = load_many(ids)
+local held = {}
+if redis.call('ZCARD', KEYS[6]) > 0 then
+  held = redis.call('ZMSCORE', KEYS[6], unpack(ids))
+end
+-- planned[id] = {meta, payload, score, at}: what this batch stores for id; `at` is its
+-- place in `order` (a replace within the batch moves it to the end, as a new seq).
+local planned, order, removed = {}, {}, {}
+local out = {}
+for n, id in ipairs(ids) do
+  local i = 3 + (n - 1) * 7
+  local kind, value = ARGV[i + 2], tonumber(ARGV[i + 3])
+  local due, score = now, now_score
   if kind == 'd' then
     due = now + value
+    score = string.format('%d', due)
   elseif kind == 'a' then
     due = value
+    score = ARGV[i + 3]
   end
-  local meta = load(id)
-  if redis.call('ZSCORE', KEYS[6], id) then
+  local plan = planned[id]
+  local meta = (plan and plan.meta) or stored[n]
+  if held[n] then
     -- Held by a dedupe window: refused by both policies.
-    table.insert(out, 0); table.insert(out, 0); table.insert(out, 0)
-  elseif meta and (policy ~= 'r' or meta.st == 'f') then
-    table.insert(out, 0); table.insert(out, 0); table.insert(out, meta.due)
+    out[#out + 1] = 0; out[#out + 1] = 0; out[#out + 1] = 0
+  elseif meta and (ARGV[i + 4] ~= 'r' or meta.st == 'f') then
+    out[#out + 1] = 0; out[#out + 1] = 0; out[#out + 1] = meta.due
   else
-    local created = 1
-    if meta then
-      created = 0
-      local old = member_of(meta, id)
-      redis.call('ZREM', KEYS[1], old)
-      redis.call('ZREM', KEYS[3], old)
+    if meta and not plan then
+      removed[#removed + 1] = member_of(meta, id)
     end
-    local fresh = {seq = redis.call('INCR', KEYS[7]), due = due, enq = now, att = 0, max = max, dd = dd, st = 'p'}
+    local fresh = {due = due, enq = now, att = 0, max = tonumber(ARGV[i + 5]),
+      dd = tonumber(ARGV[i + 6]), size = #ARGV[i + 1], st = 'p'}
     if meta then
       fresh.enq = meta.enq
     end
-    store(id, fresh)
-    redis.call('HSET', KEYS[5], id, payload)
-    redis.call('ZADD', KEYS[1], due, member_of(fresh, id))
-    changed = true
-    table.insert(out, created); table.insert(out, 1 - created); table.insert(out, due)
+    order[#order + 1] = id
+    planned[id] = {meta = fresh, payload = ARGV[i + 1], score = score, at = #order}
+    local created = meta and 0 or 1
+    out[#out + 1] = created; out[#out + 1] = 1 - created; out[#out + 1] = due
   end
 end
-if changed then
+if #order > 0 then
+  if #removed > 0 then
+    bulk('ZREM', KEYS[1], removed)
+    bulk('ZREM', KEYS[3], removed)
+  end
+  local seq = redis.call('INCRBY', KEYS[7], #order) - #order
+  local metas, payloads, members = {}, {}, {}
+  for at, id in ipairs(order) do
+    local plan = planned[id]
+    if plan.at == at then
+      seq = seq + 1
+      plan.meta.seq = string.format('%015d', seq)
+      metas[#metas + 1] = id; metas[#metas + 1] = encode(plan.meta)
+      payloads[#payloads + 1] = id; payloads[#payloads + 1] = plan.payload
+      members[#members + 1] = plan.score; members[#members + 1] = member_of(plan.meta, id)
+    end
+  end
+  bulk('HSET', KEYS[4], metas)
+  bulk('HSET', KEYS[5], payloads)
+  bulk('ZADD', KEYS[1], members)
   redis.call('PUBLISH', ARGV[1], ARGV[2])
 end
 return out

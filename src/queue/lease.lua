@@ -7,24 +7,31 @@
 -- Clock: Redis TIME.
 -- Returns {next_due, rows...}: next_due is the score of the first pending task not
 -- taken (or of the first lease to expire, if sooner; -1 if none), then 9 per task
--- as prelude.lua's row().
+-- as prelude.lua's push_row().
 local now = now_ms()
 reclaim(now)
 local max_tasks, visibility, auto_ack = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1'
 local budget = tonumber(ARGV[4])
+local lexp_score = string.format('%d', now + visibility)
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, max_tasks)
-local out = {0}
-each_within_budget(due, budget, function(member, id, meta, payload, n)
-  take(member, meta)
-  if auto_ack then
-    forget(id, meta, now)
-  else
-    lease_out(member, id, meta, ARGV[5], n, now + visibility)
+local ids, metas, payloads = within_budget(due, budget)
+local out, taken, writes, leases = {0}, {}, {}, {}
+for n, id in ipairs(ids) do
+  local meta = metas[n]
+  taken[n] = due[n]
+  if meta then
+    take(meta)
+    if auto_ack then
+      forget(id, meta, now)
+    else
+      lease_out(id, meta, ARGV[5], n, now + visibility)
+      writes[#writes + 1] = id; writes[#writes + 1] = encode(meta)
+      leases[#leases + 1] = lexp_score; leases[#leases + 1] = due[n]
+    end
+    push_row(out, id, meta, payloads[n], now)
   end
-  for _, v in ipairs(row(id, meta, payload, now)) do
-    table.insert(out, v)
-  end
-end)
+end
+write_deliveries(taken, writes, leases)
 local next_due, lease_end = first_score(KEYS[1]), first_score(KEYS[2])
 if lease_end >= 0 and (next_due < 0 or lease_end < next_due) then
   next_due = lease_end

@@ -603,7 +603,7 @@ fn rows(values: &[redis::Value]) -> Result<Vec<Task>> {
 }
 
 /// Decodes one row: id, payload, state, due, enq, att, max, receipt, lease end (see
-/// `row()` in prelude.lua).
+/// `push_row()` in prelude.lua).
 fn task_row(r: &[redis::Value]) -> Result<Task> {
     Ok(Task {
         id: String::from_utf8_lossy(&bytes(&r[0])?).into_owned(),

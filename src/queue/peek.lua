@@ -4,7 +4,7 @@
 -- ARGV[1] state ('ready' | 'delayed' | 'in_flight' | 'dead'), ARGV[2] limit,
 -- ARGV[3] the most payload bytes to return (always at least one task)
 -- Clock: Redis TIME.
--- Returns 9 per task as prelude.lua's row(), receipts blanked.
+-- Returns 9 per task as prelude.lua's push_row(), receipts blanked.
 local now = now_ms()
 reclaim(now)
 local state, limit, budget = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -19,10 +19,12 @@ else
   members = redis.call('ZRANGE', KEYS[3], 0, limit - 1)
 end
 local out = {}
-each_within_budget(members, budget, function(_, id, meta, payload)
-  meta.rcpt = nil
-  for _, v in ipairs(row(id, meta, payload, now)) do
-    table.insert(out, v)
+local ids, metas, payloads = within_budget(members, budget)
+for n, id in ipairs(ids) do
+  local meta = metas[n]
+  if meta then
+    meta.rcpt = nil
+    push_row(out, id, meta, payloads[n], now)
   end
-end)
+end
 return out

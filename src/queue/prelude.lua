@@ -5,23 +5,51 @@
 --                           due <= now is READY, later is DELAYED
 --   KEYS[2] inflight  zset  same members, score = lease end (Unix ms)
 --   KEYS[3] dead      zset  same members, score = due (Unix ms)
---   KEYS[4] tasks     hash  id -> cjson meta {seq, due, enq, att, max, dd, st, rcpt, lexp, w, s}
---                           st: 'p' pending, 'f' in flight, 'd' dead; w: the Subscribe
---                           tag it is leased to, s: that stream's session
+--   KEYS[4] tasks     hash  id -> meta, packed by encode() below
 --   KEYS[5] payloads  hash  id -> payload bytes
 --   KEYS[6] reserved  zset  id -> until (Unix ms): ids held by a dedupe window
 --   KEYS[7] seq       string, the enqueue counter (ties leave in enqueue order)
 --   KEYS[8] leased    zset  "<tag>\0<id>", all score 0: Subscribe deliveries by tag, so a
 --                           stream's count (ZLEXCOUNT) and tasks (ZRANGEBYLEX) are cheap
 -- Clock: Redis TIME, in ms.
+--
+-- Speed: a script's cost here is Lua, not the commands it runs (measured on Redis
+-- 7.0: cjson.encode of a meta 6.3 us, tostring() of a 13-digit number 1-2 us, a
+-- redis.call about 1 us, against under 1 us for the HSET itself). So metas are packed
+-- with struct (1.4 us, no number formatting), and the hot scripts (enqueue, dispatch,
+-- ack) read with one HMGET and write with one variadic command per key.
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- A task's meta: seq (the 15-digit string of its pending member), due, enq (Unix
+-- ms), att, max, dd (dedupe window ms), size (payload bytes), lexp (lease end, 0
+-- none), st ('p' pending, 'f' in flight, 'd' dead), rcpt (receipt), w (the Subscribe
+-- tag it is leased to), s (that stream's session). Strings hold no NUL (ids, tags
+-- and receipts refuse control characters); '' stands for none.
+local META = '<c15dddddddc1sss'
+
+local function encode(meta)
+  return struct.pack(META, meta.seq, meta.due, meta.enq, meta.att, meta.max, meta.dd,
+    meta.size, meta.lexp or 0, meta.st, meta.rcpt or '', meta.w or '', meta.s or '')
+end
+
+local function none_if_empty(s)
+  if s == '' then
+    return nil
+  end
+  return s
+end
+
+local function decode(raw)
+  local seq, due, enq, att, max, dd, size, lexp, st, rcpt, w, s = struct.unpack(META, raw)
+  return {seq = seq, due = due, enq = enq, att = att, max = max, dd = dd, size = size,
+    lexp = lexp, st = st, rcpt = none_if_empty(rcpt), w = none_if_empty(w), s = none_if_empty(s)}
+end
+
 local function member_of(meta, id)
-  local s = tostring(meta.seq)
-  return string.rep('0', 15 - #s) .. s .. ':' .. id
+  return meta.seq .. ':' .. id
 end
 
 local function id_of(member)
@@ -33,11 +61,41 @@ local function load(id)
   if not raw then
     return nil
   end
-  return cjson.decode(raw)
+  return decode(raw)
 end
 
 local function store(id, meta)
-  redis.call('HSET', KEYS[4], id, cjson.encode(meta))
+  redis.call('HSET', KEYS[4], id, encode(meta))
+end
+
+-- Runs a variadic command on key with args, in chunks that stay under Lua's stack
+-- limit for unpack() (an even size, so field-value and score-member pairs stay whole).
+local function bulk(command, key, args)
+  local n = #args
+  for from = 1, n, 4000 do
+    redis.call(command, key, unpack(args, from, math.min(from + 3999, n)))
+  end
+end
+
+-- The values of fields ids in hash key (false where there is none), by HMGET.
+local function hmget(key, ids)
+  local values = {}
+  for from = 1, #ids, 4000 do
+    local got = redis.call('HMGET', key, unpack(ids, from, math.min(from + 3999, #ids)))
+    for i, value in ipairs(got) do
+      values[from + i - 1] = value
+    end
+  end
+  return values
+end
+
+-- The metas of ids (false where there is none).
+local function load_many(ids)
+  local metas = hmget(KEYS[4], ids)
+  for n = 1, #ids do
+    metas[n] = metas[n] and decode(metas[n])
+  end
+  return metas
 end
 
 -- The id a receipt names: receipts are "<random>:<id>".
@@ -49,6 +107,11 @@ local function receipt_id(receipt)
   return string.sub(receipt, at + 1)
 end
 
+-- Whether meta is a live delivery for this receipt (not expired, redelivered or gone).
+local function live(meta, receipt, now)
+  return meta and meta.st == 'f' and meta.rcpt == receipt and meta.lexp > now
+end
+
 -- A live delivery for this receipt, or nil (stale: expired, redelivered or gone).
 local function delivery(receipt, now)
   local id = receipt_id(receipt)
@@ -56,7 +119,7 @@ local function delivery(receipt, now)
     return nil
   end
   local meta = load(id)
-  if not meta or meta.st ~= 'f' or meta.rcpt ~= receipt or meta.lexp <= now then
+  if not live(meta, receipt, now) then
     return nil
   end
   return id, meta
@@ -85,24 +148,32 @@ local function first_score(key)
   return -1
 end
 
--- Takes a pending task out for a delivery: attempt + 1.
-local function take(member, meta)
-  redis.call('ZREM', KEYS[1], member)
+-- Takes a pending task out for a delivery (the caller removes its pending member):
+-- attempt + 1.
+local function take(meta)
   meta.att = meta.att + 1
   meta.st = 'f'
 end
 
 -- Leases a taken task until lexp under the receipt "<prefix><n hex>:<id>"; with a
--- Subscribe tag, also to that stream (its session) in the leased index.
-local function lease_out(member, id, meta, prefix, n, lexp, tag, session)
+-- Subscribe tag, to that stream (its session). Only the meta changes: the caller
+-- writes it and the inflight (and leased) entries.
+local function lease_out(id, meta, prefix, n, lexp, tag, session)
   meta.rcpt = prefix .. string.format('%x', n) .. ':' .. id
   meta.lexp = lexp
   meta.w = tag
   meta.s = session
-  store(id, meta)
-  redis.call('ZADD', KEYS[2], lexp, member)
-  if tag then
-    redis.call('ZADD', KEYS[8], 0, tag .. '\0' .. id)
+end
+
+-- Writes a round of deliveries: the taken pending members out, then the new metas
+-- (id, packed meta pairs) and inflight entries (lease end, member pairs).
+local function write_deliveries(taken, writes, leases)
+  if #taken > 0 then
+    bulk('ZREM', KEYS[1], taken)
+  end
+  if #writes > 0 then
+    bulk('HSET', KEYS[4], writes)
+    bulk('ZADD', KEYS[2], leases)
   end
 end
 
@@ -161,29 +232,38 @@ end
 local function forget(id, meta, now)
   redis.call('HDEL', KEYS[4], id)
   redis.call('HDEL', KEYS[5], id)
-  if meta.dd and meta.dd > 0 then
+  if meta.dd > 0 then
     redis.call('ZADD', KEYS[6], now + meta.dd, id)
   end
 end
 
--- Calls visit(member, id, meta, payload, n) for each member in order while the
--- payloads fit in budget bytes; the first one is always visited, so a reply is
--- never empty.
-local function each_within_budget(members, budget, visit)
-  local used = 0
+-- The leading members whose payloads fit in budget bytes (the first always does, so
+-- a reply is never empty), as arrays: ids, metas, payloads. Sizes come from the
+-- metas, so only the payloads returned are read.
+local function within_budget(members, budget)
+  local ids = {}
   for n, member in ipairs(members) do
-    local id = id_of(member)
-    local payload = redis.call('HGET', KEYS[5], id) or ''
-    used = used + #payload + #id + 128
-    if n > 1 and used > budget then
-      return
-    end
-    visit(member, id, load(id), payload, n)
+    ids[n] = id_of(member)
   end
+  local metas = load_many(ids)
+  local used, taken = 0, 0
+  for n, id in ipairs(ids) do
+    used = used + (metas[n] and metas[n].size or 0) + #id + 128
+    if n > 1 and used > budget then
+      break
+    end
+    taken = n
+  end
+  for n = #ids, taken + 1, -1 do
+    ids[n] = nil
+    metas[n] = nil
+  end
+  return ids, metas, hmget(KEYS[5], ids)
 end
 
--- One task as a reply row: id, payload, state, due, enq, att, max, receipt, lease end.
-local function row(id, meta, payload, now)
+-- Appends one task as a reply row to out: id, payload, state, due, enq, att, max,
+-- receipt, lease end.
+local function push_row(out, id, meta, payload, now)
   local state = 'ready'
   if meta.st == 'f' then
     state = 'in_flight'
@@ -192,6 +272,15 @@ local function row(id, meta, payload, now)
   elseif meta.due > now then
     state = 'delayed'
   end
-  return {id, payload or '', state, meta.due, meta.enq, meta.att, meta.max, meta.rcpt or '', meta.lexp or 0}
+  local n = #out
+  out[n + 1] = id
+  out[n + 2] = payload or ''
+  out[n + 3] = state
+  out[n + 4] = meta.due
+  out[n + 5] = meta.enq
+  out[n + 6] = meta.att
+  out[n + 7] = meta.max
+  out[n + 8] = meta.rcpt or ''
+  out[n + 9] = meta.lexp or 0
 end
 
