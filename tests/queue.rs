@@ -286,6 +286,48 @@ async fn one_batch_is_decided_in_order_as_if_enqueued_one_by_one() -> TestResult
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_acks_each_get_their_own_answers() -> TestResult {
+    // Concurrent Acks on one queue share script runs; each call must still get the
+    // flags of its own receipts, in its own order.
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    let batch: Vec<TaskSpec> = (0..300).map(|n| spec(&format!("c{n}"), "x")).collect();
+    enqueue(&mut queues, batch).await?;
+    let tasks = lease(&mut queues, 300, 30_000).await?;
+    assert_eq!(tasks.len(), 300);
+    let mut calls = tokio::task::JoinSet::new();
+    for (n, task) in tasks.iter().enumerate() {
+        let mut queues = queues.clone();
+        let receipt = task.receipt.clone();
+        calls.spawn(async move {
+            // Every third call also sends a receipt that is not live, first or last.
+            let (receipts, want) = match n % 3 {
+                0 => (vec![receipt], vec![true]),
+                1 => (vec!["stale:c0".to_owned(), receipt], vec![false, true]),
+                _ => (vec![receipt.clone(), receipt], vec![true, false]),
+            };
+            let got = queues
+                .ack(AckRequest {
+                    queue: "q".into(),
+                    receipts,
+                })
+                .await?
+                .into_inner()
+                .acked;
+            Ok::<_, tonic::Status>((got, want))
+        });
+    }
+    while let Some(call) = calls.join_next().await {
+        let (got, want) = call??;
+        assert_eq!(got, want);
+    }
+    let depth = stats(&mut queues).await?;
+    assert_eq!((depth.ready, depth.in_flight), (0, 0));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dedupe_window_refuses_a_late_duplicate_after_ack_cancel_or_auto_ack() -> TestResult {
     let redis = TestRedis::start().await;
     let server = TestServer::start(&redis).await;

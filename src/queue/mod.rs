@@ -4,6 +4,7 @@
 //!
 //! No proto type reaches this module: `api.rs` converts.
 
+mod acks;
 pub mod api;
 pub mod scheduler;
 pub mod subscribe;
@@ -288,6 +289,8 @@ pub struct QueueStore {
     scripts: Arc<QueueScripts>,
     /// This replica's calls waiting on queues, woken by pub/sub.
     watch: Arc<QueueWatch>,
+    /// Ack calls waiting to join the next `ack.lua` run of their queue.
+    acks: Arc<acks::AckBatches>,
 }
 
 impl QueueStore {
@@ -297,6 +300,7 @@ impl QueueStore {
             redis,
             scripts: Arc::new(QueueScripts::new()),
             watch: Arc::default(),
+            acks: Arc::default(),
         }
     }
 
@@ -496,8 +500,8 @@ impl QueueStore {
         self.redis.invoke(&call).await
     }
 
-    /// Finishes deliveries; one flag per receipt.
-    pub async fn ack(&self, queue: &str, receipts: &[String]) -> Result<Vec<bool>> {
+    /// One `ack.lua` run: finishes deliveries, one flag per receipt.
+    async fn ack_script(&self, queue: &str, receipts: &[String]) -> Result<Vec<bool>> {
         let keys = self.keys(queue);
         let mut call = Self::call(&self.scripts.ack, &keys);
         call.arg(self.redis.keys.slot_freed_channel());
