@@ -239,6 +239,7 @@ async fn one_batch_is_decided_in_order_as_if_enqueued_one_by_one() -> TestResult
         &mut queues,
         vec![
             spec("a", "a1"),
+            spec("", "anonymous"),
             spec("b", "b1"),
             replace("a", "a2"),
             spec("b", "b2"),
@@ -251,6 +252,7 @@ async fn one_batch_is_decided_in_order_as_if_enqueued_one_by_one() -> TestResult
     assert_eq!(
         flags,
         [
+            (true, false),
             (true, false),
             (true, false),
             (false, true),
@@ -269,19 +271,20 @@ async fn one_batch_is_decided_in_order_as_if_enqueued_one_by_one() -> TestResult
     assert_eq!(
         got,
         [
+            (results[1].id.as_str(), &b"anonymous"[..]),
             ("b", &b"b1"[..]),
             ("a", &b"a2"[..]),
             ("old", &b"fresher"[..])
         ]
     );
-    assert_eq!(tasks[1].attempt, 1);
+    assert_eq!(tasks[2].attempt, 1);
     // The same receipt twice in one Ack counts once.
     let receipt = tasks[0].receipt.as_str();
     assert_eq!(
         ack(&mut queues, &[receipt, receipt, "nonsense"]).await?,
         [true, false, false]
     );
-    assert_eq!(stats(&mut queues).await?.in_flight, 2);
+    assert_eq!(stats(&mut queues).await?.in_flight, 3);
     Ok(())
 }
 

@@ -308,6 +308,7 @@ async fn queue_floor(url: &str, duration: Duration) -> Result<(f64, f64), String
                         replace: false,
                         max_attempts: crate::queue::DEFAULT_MAX_ATTEMPTS,
                         dedupe_window: Duration::ZERO,
+                        fresh_id: true,
                     })
                     .collect();
                 enqueued.fetch_add(BATCH as i64, Ordering::Relaxed);

@@ -104,7 +104,8 @@ fn task_id(field: &'static str, at: usize, id: &str) -> Result<String> {
 }
 
 fn new_task(at: usize, spec: pb::TaskSpec) -> Result<NewTask> {
-    let id = if spec.id.is_empty() {
+    let fresh_id = spec.id.is_empty();
+    let id = if fresh_id {
         new_token()
     } else {
         task_id("id", at, &spec.id)?
@@ -154,6 +155,7 @@ fn new_task(at: usize, spec: pb::TaskSpec) -> Result<NewTask> {
             spec.max_attempts
         },
         dedupe_window: validate::duration("dedupe_window", spec.dedupe_window.as_ref(), DELAY)?,
+        fresh_id,
     })
 }
 

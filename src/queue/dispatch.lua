@@ -35,12 +35,11 @@ local out = {now, -1, -1}
 for n = 1, #streams do
   out[3 + n] = 0
 end
-local taken, writes, leases, leased = {}, {}, {}, {}
+local writes, leases, leased = {}, {}, {}
 local k = 1
 for n, id in ipairs(ids) do
   local meta = metas[n]
-  taken[n] = due[n]
-  if meta then
+    if meta then
     while streams[k].free == 0 do
       k = k % #streams + 1
     end
@@ -57,7 +56,7 @@ for n, id in ipairs(ids) do
     k = k % #streams + 1
   end
 end
-write_deliveries(taken, writes, leases)
+write_deliveries(#ids, writes, leases)
 if #leased > 0 then
   bulk('ZADD', KEYS[8], leased)
 end

@@ -2,7 +2,8 @@
 -- KEYS[1..8] as in prelude.lua
 -- ARGV[1] the queue-changed channel, ARGV[2] the message (the pending key)
 -- then 7 per task: id, payload, schedule ('n' now | 'd' delay ms | 'a' due at ms),
---   schedule value, policy ('k' keep | 'r' replace), max_attempts, dedupe window ms
+--   schedule value, policy ('k' keep | 'r' replace | 'u' unique: a fresh random id
+--   the server made, never looked up), max_attempts, dedupe window ms
 -- Clock: Redis TIME.
 -- Returns 3 per task: created (0/1), replaced (0/1), due (Unix ms; 0 if none stored).
 -- Tasks are decided in order, as if enqueued one by one: a later task with an id
@@ -11,14 +12,28 @@ local now = now_ms()
 -- Scores go to ZADD as strings: converting a Lua number costs more than the ZADD.
 local now_score = string.format('%d', now)
 redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', now)
-local ids = {}
+-- Only ids a client chose are looked up (stored task, dedupe window).
+local ids, chosen = {}, {}
 for i = 3, #ARGV, 7 do
   ids[#ids + 1] = ARGV[i]
+  if ARGV[i + 4] ~= 'u' then
+    chosen[#chosen + 1] = #ids
+  end
 end
-local stored = load_many(ids)
-local held = {}
-if redis.call('ZCARD', KEYS[6]) > 0 then
-  held = redis.call('ZMSCORE', KEYS[6], unpack(ids))
+local stored, held = {}, {}
+if #chosen > 0 then
+  local lookup = {}
+  for k, n in ipairs(chosen) do
+    lookup[k] = ids[n]
+  end
+  local metas = load_many(lookup)
+  local windows = {}
+  if redis.call('ZCARD', KEYS[6]) > 0 then
+    windows = redis.call('ZMSCORE', KEYS[6], unpack(lookup))
+  end
+  for k, n in ipairs(chosen) do
+    stored[n], held[n] = metas[k], windows[k]
+  end
 end
 -- planned[id] = {meta, payload, score, at}: what this batch stores for id; `at` is its
 -- place in `order` (a replace within the batch moves it to the end, as a new seq).

@@ -15,11 +15,10 @@ local budget = tonumber(ARGV[4])
 local lexp_score = string.format('%d', now + visibility)
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, max_tasks)
 local ids, metas, payloads = within_budget(due, budget)
-local out, taken, writes, leases = {0}, {}, {}, {}
+local out, writes, leases = {0}, {}, {}
 for n, id in ipairs(ids) do
   local meta = metas[n]
-  taken[n] = due[n]
-  if meta then
+    if meta then
     take(meta)
     if auto_ack then
       forget(id, meta, now)
@@ -31,7 +30,7 @@ for n, id in ipairs(ids) do
     push_row(out, id, meta, payloads[n], now)
   end
 end
-write_deliveries(taken, writes, leases)
+write_deliveries(#ids, writes, leases)
 local next_due, lease_end = first_score(KEYS[1]), first_score(KEYS[2])
 if lease_end >= 0 and (next_due < 0 or lease_end < next_due) then
   next_due = lease_end

@@ -168,6 +168,9 @@ pub struct NewTask {
     pub max_attempts: u32,
     /// How long the id stays reserved after ack or cancel.
     pub dedupe_window: Duration,
+    /// The id is 128 random bits the server just made, so no task holds it: the
+    /// script skips the duplicate lookup.
+    pub fresh_id: bool,
 }
 
 /// What `Enqueue` did with one task.
@@ -387,7 +390,11 @@ impl QueueStore {
                 .arg(task.payload.as_ref())
                 .arg(kind)
                 .arg(value)
-                .arg(if task.replace { "r" } else { "k" })
+                .arg(match (task.fresh_id, task.replace) {
+                    (true, _) => "u",
+                    (false, true) => "r",
+                    (false, false) => "k",
+                })
                 .arg(task.max_attempts)
                 .arg(task.dedupe_window.as_millis() as u64);
         }

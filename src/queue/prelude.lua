@@ -165,11 +165,12 @@ local function lease_out(id, meta, prefix, n, lexp, tag, session)
   meta.s = session
 end
 
--- Writes a round of deliveries: the taken pending members out, then the new metas
--- (id, packed meta pairs) and inflight entries (lease end, member pairs).
+-- Writes a round of deliveries: the first `taken` pending members out (they are the
+-- head of ZRANGEBYSCORE -inf..now, so by rank: no member strings sent back), then the
+-- new metas (id, packed meta pairs) and inflight entries (lease end, member pairs).
 local function write_deliveries(taken, writes, leases)
-  if #taken > 0 then
-    bulk('ZREM', KEYS[1], taken)
+  if taken > 0 then
+    redis.call('ZREMRANGEBYRANK', KEYS[1], 0, taken - 1)
   end
   if #writes > 0 then
     bulk('HSET', KEYS[4], writes)
