@@ -119,6 +119,7 @@ pub fn table(reports: &[Report]) -> String {
             .extras
             .iter()
             .map(|(key, value)| match value {
+                Extra::Number(v) if v.abs() < 1.0 => format!("{key}={v:.3}"),
                 Extra::Number(v) => format!("{key}={v:.1}"),
                 Extra::Count(n) => format!("{key}={n}"),
                 Extra::Text(text) => format!("{key}={text}"),
