@@ -1143,5 +1143,26 @@ async fn scripts_run_by_sha_and_reload_after_redis_forgets_them() -> TestResult 
             .into_inner()
             .released
     );
+    // A try-once acquire sends the owner-index commands alongside its script: after
+    // NOSCRIPT the script is loaded and run again, and the lock is still indexed.
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut redis.conn().await)
+        .await?;
+    assert!(
+        locks
+            .acquire(acquire("sha", "alice", 10_000, 0))
+            .await?
+            .into_inner()
+            .acquired
+    );
+    let released = locks
+        .release_all(ReleaseAllRequest {
+            owner: "alice".into(),
+        })
+        .await?
+        .into_inner()
+        .released;
+    assert_eq!(released, ["sha"]);
     Ok(())
 }
