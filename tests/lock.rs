@@ -16,8 +16,8 @@ use redis::AsyncCommands;
 use tokio_stream::StreamExt;
 use tonic::Code;
 use turnstile::pb::{
-    hold_response::Event, AcquireRequest, DescribeRequest, ExtendRequest, HoldRequest,
-    ReleaseAllRequest, ReleaseRequest,
+    hold_response::Event, lock_service_client::LockServiceClient, AcquireRequest, DescribeRequest,
+    ExtendRequest, HoldRequest, ReleaseAllRequest, ReleaseRequest,
 };
 
 fn acquire(name: &str, owner: &str, ttl_ms: i64, wait_ms: i64) -> AcquireRequest {
@@ -42,6 +42,30 @@ fn describe(name: &str, token: &str) -> DescribeRequest {
         name: name.into(),
         token: token.into(),
     }
+}
+
+/// Whether `request` won the lock.
+async fn wins(
+    locks: &mut LockServiceClient<tonic::transport::Channel>,
+    request: AcquireRequest,
+) -> Result<bool, tonic::Status> {
+    Ok(locks.acquire(request).await?.into_inner().acquired)
+}
+
+/// The names ReleaseAll freed for `owner`, sorted.
+async fn release_all(
+    locks: &mut LockServiceClient<tonic::transport::Channel>,
+    owner: &str,
+) -> Result<Vec<String>, tonic::Status> {
+    let mut released = locks
+        .release_all(ReleaseAllRequest {
+            owner: owner.into(),
+        })
+        .await?
+        .into_inner()
+        .released;
+    released.sort();
+    Ok(released)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -329,29 +353,10 @@ async fn release_all_frees_every_lock_of_the_owner_and_no_other() -> TestResult 
     let server = TestServer::start(&redis).await;
     let mut locks = server.locks().await;
     for name in ["a", "b{1}", "c"] {
-        assert!(
-            locks
-                .acquire(acquire(name, "alice", 10_000, 0))
-                .await?
-                .into_inner()
-                .acquired
-        );
+        assert!(wins(&mut locks, acquire(name, "alice", 10_000, 0)).await?);
     }
-    assert!(
-        locks
-            .acquire(acquire("d", "bob", 10_000, 0))
-            .await?
-            .into_inner()
-            .acquired
-    );
-    let mut released = locks
-        .release_all(ReleaseAllRequest {
-            owner: "alice".into(),
-        })
-        .await?
-        .into_inner()
-        .released;
-    released.sort();
+    assert!(wins(&mut locks, acquire("d", "bob", 10_000, 0)).await?);
+    let released = release_all(&mut locks, "alice").await?;
     assert_eq!(released, ["a", "b{1}", "c"]);
     for name in ["a", "b{1}", "c"] {
         assert!(
@@ -363,14 +368,7 @@ async fn release_all_frees_every_lock_of_the_owner_and_no_other() -> TestResult 
         locks.describe(describe("d", "")).await?.into_inner().held,
         "bob's lock was freed"
     );
-    assert!(locks
-        .release_all(ReleaseAllRequest {
-            owner: "alice".into()
-        })
-        .await?
-        .into_inner()
-        .released
-        .is_empty());
+    assert!(release_all(&mut locks, "alice").await?.is_empty());
     Ok(())
 }
 
@@ -380,13 +378,7 @@ async fn release_all_frees_locks_won_by_waiting_and_never_ones_only_tried() -> T
     let server = TestServer::start(&redis).await;
     let mut locks = server.locks().await;
     // A try that lost leaves alice an index entry for bob's lock: harmless.
-    assert!(
-        locks
-            .acquire(acquire("bobs", "bob", 10_000, 0))
-            .await?
-            .into_inner()
-            .acquired
-    );
+    assert!(wins(&mut locks, acquire("bobs", "bob", 10_000, 0)).await?);
     assert!(
         !locks
             .acquire(acquire("bobs", "alice", 10_000, 0))
@@ -415,13 +407,7 @@ async fn release_all_frees_locks_won_by_waiting_and_never_ones_only_tried() -> T
     );
     assert!(waiting.await??.into_inner().acquired);
 
-    let released = locks
-        .release_all(ReleaseAllRequest {
-            owner: "alice".into(),
-        })
-        .await?
-        .into_inner()
-        .released;
+    let released = release_all(&mut locks, "alice").await?;
     assert_eq!(released, ["shared"]);
     assert!(
         locks
@@ -454,13 +440,7 @@ async fn a_crashed_client_never_leaves_a_lock_longer_than_its_ttl() -> TestResul
             .into_inner()
             .held
     );
-    assert!(
-        locks
-            .acquire(acquire("crashy", "bob", 300, 0))
-            .await?
-            .into_inner()
-            .acquired
-    );
+    assert!(wins(&mut locks, acquire("crashy", "bob", 300, 0)).await?);
     Ok(())
 }
 
@@ -890,13 +870,7 @@ async fn hold_sends_lost_when_the_lock_is_taken_from_it() -> TestResult {
     ));
     // An operator deletes the lease and someone else takes the lock.
     let _: () = redis.conn().await.del("turnstile:lock:{stolen}").await?;
-    assert!(
-        locks
-            .acquire(acquire("stolen", "bob", 10_000, 0))
-            .await?
-            .into_inner()
-            .acquired
-    );
+    assert!(wins(&mut locks, acquire("stolen", "bob", 10_000, 0)).await?);
     loop {
         match next_event(&mut stream).await {
             Some(Event::Renewed(_)) | Some(Event::Heartbeat(_)) => continue,
@@ -1149,20 +1123,8 @@ async fn scripts_run_by_sha_and_reload_after_redis_forgets_them() -> TestResult 
         .arg("FLUSH")
         .query_async(&mut redis.conn().await)
         .await?;
-    assert!(
-        locks
-            .acquire(acquire("sha", "alice", 10_000, 0))
-            .await?
-            .into_inner()
-            .acquired
-    );
-    let released = locks
-        .release_all(ReleaseAllRequest {
-            owner: "alice".into(),
-        })
-        .await?
-        .into_inner()
-        .released;
+    assert!(wins(&mut locks, acquire("sha", "alice", 10_000, 0)).await?);
+    let released = release_all(&mut locks, "alice").await?;
     assert_eq!(released, ["sha"]);
     Ok(())
 }
