@@ -44,6 +44,14 @@ fn describe(name: &str, token: &str) -> DescribeRequest {
     }
 }
 
+/// Whether `name` is held (by anyone).
+async fn is_held(
+    locks: &mut LockServiceClient<tonic::transport::Channel>,
+    name: &str,
+) -> Result<bool, tonic::Status> {
+    Ok(locks.describe(describe(name, "")).await?.into_inner().held)
+}
+
 /// Whether `request` won the lock.
 async fn wins(
     locks: &mut LockServiceClient<tonic::transport::Channel>,
@@ -359,15 +367,9 @@ async fn release_all_frees_every_lock_of_the_owner_and_no_other() -> TestResult 
     let released = release_all(&mut locks, "alice").await?;
     assert_eq!(released, ["a", "b{1}", "c"]);
     for name in ["a", "b{1}", "c"] {
-        assert!(
-            !locks.describe(describe(name, "")).await?.into_inner().held,
-            "{name} still held"
-        );
+        assert!(!is_held(&mut locks, name).await?, "{name} still held");
     }
-    assert!(
-        locks.describe(describe("d", "")).await?.into_inner().held,
-        "bob's lock was freed"
-    );
+    assert!(is_held(&mut locks, "d").await?, "bob's lock was freed");
     assert!(release_all(&mut locks, "alice").await?.is_empty());
     Ok(())
 }
@@ -409,13 +411,7 @@ async fn release_all_frees_locks_won_by_waiting_and_never_ones_only_tried() -> T
 
     let released = release_all(&mut locks, "alice").await?;
     assert_eq!(released, ["shared"]);
-    assert!(
-        locks
-            .describe(describe("bobs", ""))
-            .await?
-            .into_inner()
-            .held
-    );
+    assert!(is_held(&mut locks, "bobs").await?);
     Ok(())
 }
 
@@ -433,13 +429,7 @@ async fn a_crashed_client_never_leaves_a_lock_longer_than_its_ttl() -> TestResul
     let ttl: i64 = redis.conn().await.pttl("turnstile:lock:{crashy}").await?;
     assert!(ttl > 0 && ttl <= 300, "lease pttl {ttl}");
     tokio::time::sleep(Duration::from_millis(400)).await;
-    assert!(
-        !locks
-            .describe(describe("crashy", ""))
-            .await?
-            .into_inner()
-            .held
-    );
+    assert!(!is_held(&mut locks, "crashy").await?);
     assert!(wins(&mut locks, acquire("crashy", "bob", 300, 0)).await?);
     Ok(())
 }
@@ -607,10 +597,7 @@ async fn a_caller_whose_deadline_passes_gets_deadline_exceeded_and_never_the_loc
     assert!(started.elapsed() < Duration::from_millis(300));
     locks.release(release("dl", &held.token)).await?;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(
-        !locks.describe(describe("dl", "")).await?.into_inner().held,
-        "bob won after giving up"
-    );
+    assert!(!is_held(&mut locks, "dl").await?, "bob won after giving up");
     Ok(())
 }
 
@@ -636,11 +623,7 @@ async fn a_caller_that_cancels_never_ends_up_holding_the_lock() -> TestResult {
     locks.release(release("cancel", &held.token)).await?;
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(
-        !locks
-            .describe(describe("cancel", ""))
-            .await?
-            .into_inner()
-            .held,
+        !is_held(&mut locks, "cancel").await?,
         "a cancelled call took the lock"
     );
     Ok(())
@@ -781,12 +764,7 @@ async fn hold_renews_the_lease_and_releases_at_once_when_cancelled() -> TestResu
     assert!(seen.held_by_token);
     drop(stream);
     let started = Instant::now();
-    while locks
-        .describe(describe("held", ""))
-        .await?
-        .into_inner()
-        .held
-    {
+    while is_held(&mut locks, "held").await? {
         assert!(
             started.elapsed() < Duration::from_millis(250),
             "not released when the stream closed"
@@ -907,11 +885,7 @@ async fn shutdown_releases_held_locks_and_ends_streams_with_unavailable() -> Tes
     shutting.await??;
     let mut survivor = other.locks().await;
     assert!(
-        !survivor
-            .describe(describe("drain", ""))
-            .await?
-            .into_inner()
-            .held,
+        !is_held(&mut survivor, "drain").await?,
         "lock kept after shutdown"
     );
     Ok(())

@@ -530,7 +530,14 @@ async fn cancel_removes_waiting_tasks_and_leaves_in_flight_ones_alone() -> TestR
     )
     .await?;
     let leased = lease(&mut queues, 1, 30_000).await?.remove(0);
-    let ids_to_cancel = vec!["a".into(), "b".into(), "c".into(), "missing".into()];
+    // "b" twice: an id is removed (and reported) once.
+    let ids_to_cancel = vec![
+        "a".into(),
+        "b".into(),
+        "c".into(),
+        "b".into(),
+        "missing".into(),
+    ];
     let cancelled = queues
         .cancel(CancelRequest {
             queue: "q".into(),

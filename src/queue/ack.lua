@@ -10,36 +10,22 @@ for i = 2, #ARGV do
   ids[i - 1] = receipt_id(ARGV[i]) or ''
 end
 local metas = load_many(ids)
-local out, done, members, entries, gone, windows, tags = {}, {}, {}, {}, {}, {}, {}
+local out, done, tags, ends = {}, {}, {}, ending()
 for n, id in ipairs(ids) do
   local meta = metas[n]
   if not done[id] and live(meta, ARGV[n + 1], now) then
     done[id] = true
-    members[#members + 1] = member_of(meta, id)
-    gone[#gone + 1] = id
+    ends.unlease(id, meta)
+    ends.forget(id, meta, now)
     if meta.w then
-      entries[#entries + 1] = meta.w .. '\0' .. id
       tags[meta.w] = true
-    end
-    if meta.dd > 0 then
-      windows[#windows + 1] = now + meta.dd; windows[#windows + 1] = id
     end
     out[n] = 1
   else
     out[n] = 0
   end
 end
-if #gone > 0 then
-  bulk('ZREM', KEYS[2], members)
-  bulk('HDEL', KEYS[4], gone)
-  bulk('HDEL', KEYS[5], gone)
-  if #entries > 0 then
-    bulk('ZREM', KEYS[8], entries)
-  end
-  if #windows > 0 then
-    bulk('ZADD', KEYS[6], windows)
-  end
-end
+ends.flush()
 for tag in pairs(tags) do
   redis.call('PUBLISH', ARGV[1], tag)
 end

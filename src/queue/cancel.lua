@@ -4,16 +4,18 @@
 -- Clock: Redis TIME (for the dedupe window).
 -- Returns the ids removed.
 local now = now_ms()
-local out = {}
+local out, done, ends = {}, {}, ending()
 for i = 1, #ARGV do
   local id = ARGV[i]
-  local meta = load(id)
+  local meta = not done[id] and load(id)
   if meta and meta.st ~= 'f' then
+    done[id] = true
     local member = member_of(meta, id)
     redis.call('ZREM', KEYS[1], member)
     redis.call('ZREM', KEYS[3], member)
-    forget(id, meta, now)
-    table.insert(out, id)
+    ends.forget(id, meta, now)
+    out[#out + 1] = id
   end
 end
+ends.flush()
 return out

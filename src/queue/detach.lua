@@ -9,7 +9,7 @@
 -- Returns {given back, kept for re-attach}.
 local now = now_ms()
 local grace = tonumber(ARGV[3])
-local returned, kept = 0, 0
+local returned, kept, ends = 0, 0, ending()
 for i = 4, #ARGV, 2 do
   local tag, session = ARGV[i], ARGV[i + 1]
   each_leased(tag, function(_, id, meta)
@@ -18,7 +18,7 @@ for i = 4, #ARGV, 2 do
         relet(id, meta, now + grace)
         kept = kept + 1
       else
-        unlease(id, meta)
+        ends.unlease(id, meta)
         if give_back(id, meta, meta.due) == 'p' then
           returned = returned + 1
         end
@@ -26,6 +26,7 @@ for i = 4, #ARGV, 2 do
     end
   end)
 end
+ends.flush()
 if returned > 0 then
   redis.call('PUBLISH', ARGV[1], ARGV[2])
 end

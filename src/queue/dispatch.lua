@@ -39,7 +39,7 @@ local writes, leases, leased = {}, {}, {}
 local k = 1
 for n, id in ipairs(ids) do
   local meta = metas[n]
-    if meta then
+  if meta then
     while streams[k].free == 0 do
       k = k % #streams + 1
     end
@@ -50,7 +50,7 @@ for n, id in ipairs(ids) do
     lease_out(id, meta, ARGV[1], n, stream.lexp, stream.tag, stream.session)
     writes[#writes + 1] = id; writes[#writes + 1] = encode(meta)
     leases[#leases + 1] = stream.lexp_score; leases[#leases + 1] = due[n]
-    leased[#leased + 1] = '0'; leased[#leased + 1] = stream.tag .. '\0' .. id
+    leased[#leased + 1] = '0'; leased[#leased + 1] = leased_entry(stream.tag, id)
     out[#out + 1] = k
     push_row(out, id, meta, payloads[n], now)
     k = k % #streams + 1

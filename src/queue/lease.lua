@@ -15,13 +15,13 @@ local budget = tonumber(ARGV[4])
 local lexp_score = string.format('%d', now + visibility)
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, max_tasks)
 local ids, metas, payloads = within_budget(due, budget)
-local out, writes, leases = {0}, {}, {}
+local out, writes, leases, ends = {0}, {}, {}, ending()
 for n, id in ipairs(ids) do
   local meta = metas[n]
-    if meta then
+  if meta then
     take(meta)
     if auto_ack then
-      forget(id, meta, now)
+      ends.forget(id, meta, now)
     else
       lease_out(id, meta, ARGV[5], n, now + visibility)
       writes[#writes + 1] = id; writes[#writes + 1] = encode(meta)
@@ -31,6 +31,7 @@ for n, id in ipairs(ids) do
   end
 end
 write_deliveries(#ids, writes, leases)
+ends.flush()
 local next_due, lease_end = first_score(KEYS[1]), first_score(KEYS[2])
 if lease_end >= 0 and (next_due < 0 or lease_end < next_due) then
   next_due = lease_end

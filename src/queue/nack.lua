@@ -10,7 +10,9 @@ local id, meta = delivery(ARGV[1], now)
 if not id then
   return {0, 0}
 end
-unlease(id, meta)
+local ends = ending()
+ends.unlease(id, meta)
+ends.flush()
 local worker = meta.w
 local state = give_back(id, meta, now + tonumber(ARGV[2]))
 if worker then

@@ -131,12 +131,9 @@ local function tag_range(tag)
   return '[' .. tag .. '\0', '(' .. tag .. '\1'
 end
 
--- Ends a delivery's lease records (inflight and the Subscribe index).
-local function unlease(id, meta)
-  redis.call('ZREM', KEYS[2], member_of(meta, id))
-  if meta.w then
-    redis.call('ZREM', KEYS[8], meta.w .. '\0' .. id)
-  end
+-- A Subscribe delivery's member in KEYS[8].
+local function leased_entry(tag, id)
+  return tag .. '\0' .. id
 end
 
 -- The lowest score in a sorted set, or -1 when it is empty.
@@ -194,8 +191,47 @@ local function each_leased(tag, visit)
   end
 end
 
+-- Gathers the writes that end deliveries and remove finished tasks over a script, and
+-- sends them as one variadic command per key on flush(). A caller flushes before it
+-- reads inflight, leased, tasks or payloads again, and handles each id once.
+local function ending()
+  local inflight, leased, gone, windows = {}, {}, {}, {}
+  local e = {}
+  -- Ends a delivery's lease records (inflight and the Subscribe index).
+  function e.unlease(id, meta)
+    inflight[#inflight + 1] = member_of(meta, id)
+    if meta.w then
+      leased[#leased + 1] = leased_entry(meta.w, id)
+    end
+  end
+  -- Removes a finished task; its id stays reserved for its dedupe window.
+  function e.forget(id, meta, now)
+    gone[#gone + 1] = id
+    if meta.dd > 0 then
+      windows[#windows + 1] = string.format('%d', now + meta.dd)
+      windows[#windows + 1] = id
+    end
+  end
+  function e.flush()
+    if #inflight > 0 then
+      bulk('ZREM', KEYS[2], inflight)
+    end
+    if #leased > 0 then
+      bulk('ZREM', KEYS[8], leased)
+    end
+    if #gone > 0 then
+      bulk('HDEL', KEYS[4], gone)
+      bulk('HDEL', KEYS[5], gone)
+    end
+    if #windows > 0 then
+      bulk('ZADD', KEYS[6], windows)
+    end
+  end
+  return e
+end
+
 -- A delivery that ended without an ack: back to pending at `due`, or dead when out
--- of attempts. The caller called unlease().
+-- of attempts. The caller ended its lease (ending().unlease).
 local function give_back(id, meta, due)
   meta.rcpt = nil
   meta.lexp = nil
@@ -216,26 +252,22 @@ end
 -- Expired leases go back (at their original due time) or die. Bounded per call.
 local function reclaim(now)
   local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1000)
+  local ends, orphans = ending(), {}
   for _, member in ipairs(expired) do
     local id = id_of(member)
     local meta = load(id)
     if meta then
-      unlease(id, meta)
+      ends.unlease(id, meta)
       give_back(id, meta, meta.due)
     else
-      redis.call('ZREM', KEYS[2], member)
+      orphans[#orphans + 1] = member
     end
   end
-  return #expired
-end
-
--- Removes a finished task; its id stays reserved for its dedupe window.
-local function forget(id, meta, now)
-  redis.call('HDEL', KEYS[4], id)
-  redis.call('HDEL', KEYS[5], id)
-  if meta.dd > 0 then
-    redis.call('ZADD', KEYS[6], now + meta.dd, id)
+  ends.flush()
+  if #orphans > 0 then
+    bulk('ZREM', KEYS[2], orphans)
   end
+  return #expired
 end
 
 -- The leading members whose payloads fit in budget bytes (the first always does, so
