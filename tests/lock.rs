@@ -375,6 +375,36 @@ async fn release_all_frees_every_lock_of_the_owner_and_no_other() -> TestResult 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_all_sees_every_lock_won_by_concurrent_acquires() -> TestResult {
+    // Concurrent acquires share owner-index writes; each must be recorded before its
+    // Acquire answers, under its own owner.
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let locks = server.locks().await;
+    let owners = ["alice", "bob", "carol", "dave"];
+    let mut calls = Vec::new();
+    for i in 0..100 {
+        let mut locks = locks.clone();
+        let owner = owners[i % owners.len()];
+        calls.push(tokio::spawn(async move {
+            wins(&mut locks, acquire(&format!("n{i:03}"), owner, 10_000, 0)).await
+        }));
+    }
+    for call in calls {
+        assert!(call.await??);
+    }
+    let mut locks = locks;
+    for (k, owner) in owners.iter().enumerate() {
+        let expected: Vec<String> = (0..100)
+            .filter(|i| i % owners.len() == k)
+            .map(|i| format!("n{i:03}"))
+            .collect();
+        assert_eq!(release_all(&mut locks, owner).await?, expected, "{owner}");
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn release_all_frees_locks_won_by_waiting_and_never_ones_only_tried() -> TestResult {
     let redis = TestRedis::start().await;
     let server = TestServer::start(&redis).await;

@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod hold;
+mod owner_index;
 pub mod waiters;
 
 use std::{sync::Arc, time::Duration};
@@ -20,6 +21,7 @@ use crate::{
     shutdown::Shutdown,
     time::{now_ms, until_ms},
 };
+use owner_index::OwnerIndex;
 use waiters::Waiters;
 
 /// Default lease (`ttl` unset).
@@ -138,6 +140,8 @@ pub struct LockStore {
     scripts: Arc<LockScripts>,
     /// This replica's waiting calls, woken by pub/sub.
     waiters: Arc<Waiters>,
+    /// Where won locks are recorded for `ReleaseAll`.
+    index: Arc<OwnerIndex>,
     limits: Limits,
     shutdown: Shutdown,
 }
@@ -146,6 +150,7 @@ impl LockStore {
     /// A store on `redis`; call [`LockStore::event_route`] to route wake-ups to it.
     pub fn new(redis: Redis, limits: Limits, shutdown: Shutdown) -> Self {
         Self {
+            index: Arc::new(OwnerIndex::new(redis.clone())),
             redis,
             scripts: Arc::new(LockScripts::new()),
             waiters: Arc::default(),
@@ -193,17 +198,15 @@ impl LockStore {
             .arg(&spec.request_id)
             .arg(if will_wait { "1" } else { "0" });
         // The owner index (for ReleaseAll): a try-once call writes it alongside the
-        // script, not after, so a won lock costs one round trip (the two go out together
-        // on the multiplexed connection); an entry for a try that lost is harmless, as
-        // ReleaseAll checks the owner. A waiting call, whose tries mostly lose, writes
-        // it only once it has won.
+        // script, not after, so a won lock costs one round trip; an entry for a try
+        // that lost is harmless, as ReleaseAll checks the owner. A waiting call, whose
+        // tries mostly lose, writes it only once it has won.
         let until = now_ms() + ttl_ms(spec.ttl) as i64 + INDEX_SLACK_MS;
-        let index = self.owner_index(&spec.owner, &spec.name, until);
+        let index = self.index.record(&spec.owner, &spec.name, until);
         let (attempt, indexed) = if will_wait {
             (self.redis.invoke(&call).await, None)
         } else {
-            let (attempt, indexed) =
-                tokio::join!(self.redis.invoke(&call), self.redis.query_pipe(&index));
+            let (attempt, indexed) = tokio::join!(self.redis.invoke(&call), index);
             (attempt, Some(indexed))
         };
         let (status, text, fencing_token, expires_at_ms): (i64, String, u64, i64) = attempt?;
@@ -214,10 +217,15 @@ impl LockStore {
                 expires_at_ms,
             }));
         }
-        match indexed {
-            Some(indexed) => indexed?,
-            None if text == token => self.redis.query_pipe(&index).await?,
-            None => {}
+        let indexed = match indexed {
+            Some(indexed) => indexed,
+            None if text == token => self.index.record(&spec.owner, &spec.name, until).await,
+            None => Ok(()),
+        };
+        if let Err(err) = indexed {
+            // Not answered as won, so not left held: ReleaseAll could not find it.
+            self.give_back(&spec.name, &text).await;
+            return Err(err);
         }
         let lease = Lease {
             token: text,
@@ -324,36 +332,6 @@ impl LockStore {
         }
     }
 
-    /// Plain commands (no script: they are cheaper) that record in `owner`'s sorted set
-    /// that it may hold `name` until `until_ms`, drop entries that ended, and keep the
-    /// set alive until its latest entry (NX sets a first expiry, GT only raises it).
-    fn owner_index(&self, owner: &str, name: &str, until_ms: i64) -> redis::Pipeline {
-        let key = self.redis.keys.owner_locks(owner);
-        let mut pipe = redis::pipe();
-        pipe.cmd("ZADD")
-            .arg(&key)
-            .arg("GT")
-            .arg(until_ms)
-            .arg(name)
-            .ignore();
-        pipe.cmd("ZREMRANGEBYSCORE")
-            .arg(&key)
-            .arg("-inf")
-            .arg(format!("({}", now_ms()))
-            .ignore();
-        pipe.cmd("PEXPIREAT")
-            .arg(&key)
-            .arg(until_ms)
-            .arg("NX")
-            .ignore();
-        pipe.cmd("PEXPIREAT")
-            .arg(&key)
-            .arg(until_ms)
-            .arg("GT")
-            .ignore();
-        pipe
-    }
-
     /// Frees the lock if `token` holds it.
     pub async fn release(&self, name: &str, token: &str) -> Result<bool> {
         let keys = self.redis.keys.lock(name);
@@ -374,8 +352,9 @@ impl LockStore {
         }
         let expires_at_ms = int_at(&reply, 1)?;
         let owner = string_at(&reply, 2)?;
-        let index = self.owner_index(&owner, name, expires_at_ms + INDEX_SLACK_MS);
-        self.redis.query_pipe(&index).await?;
+        self.index
+            .record(&owner, name, expires_at_ms + INDEX_SLACK_MS)
+            .await?;
         Ok(Some(expires_at_ms))
     }
 

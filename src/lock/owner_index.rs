@@ -1,0 +1,137 @@
+//! The owner index behind `ReleaseAll`, written by group commit. Each owner has a sorted
+//! set of the lock names it may hold (score: lease end plus a slack, Unix ms) in its own
+//! slot. A won lock is recorded before its Acquire answers, so a ReleaseAll sent after
+//! it always sees it. Concurrent records share one pipeline: while one is in flight, the
+//! entries that arrive wait and go together in the next, so a busy server pays one Redis
+//! round trip per batch instead of one per Acquire, and an idle one adds no delay.
+//! Only entries waiting for a write live here, never lock state.
+
+use std::{collections::HashMap, sync::OnceLock};
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::{
+    error::{Error, Result},
+    redis::Redis,
+    time::now_ms,
+};
+
+/// The most entries one pipeline carries.
+const MAX_BATCH: usize = 1000;
+/// About one write in this many also drops the owner's ended entries. Entries ended are
+/// harmless (ReleaseAll checks the owner of each name), so the set only needs trimming
+/// often enough to stay small: an owner that takes ever new names keeps about this many
+/// stale ones, and an idle owner's whole set expires with its last entry.
+const PRUNE_EVERY: u64 = 8;
+
+/// One name to record, and where its writer's answer goes.
+struct Entry {
+    owner: String,
+    name: String,
+    until_ms: i64,
+    done: oneshot::Sender<Result<()>>,
+}
+
+/// The group-commit writer of the owner index. One per `LockStore`.
+pub(crate) struct OwnerIndex {
+    redis: Redis,
+    /// Feeds the writer task, started on first use (so building a store needs no runtime).
+    writer: OnceLock<mpsc::UnboundedSender<Entry>>,
+}
+
+impl OwnerIndex {
+    pub(crate) fn new(redis: Redis) -> Self {
+        Self {
+            redis,
+            writer: OnceLock::new(),
+        }
+    }
+
+    /// Records that `owner` may hold `name` until `until_ms`; returns once it is stored.
+    pub(crate) async fn record(&self, owner: &str, name: &str, until_ms: i64) -> Result<()> {
+        let (done, answer) = oneshot::channel();
+        let entry = Entry {
+            owner: owner.to_owned(),
+            name: name.to_owned(),
+            until_ms,
+            done,
+        };
+        let writer = self.writer.get_or_init(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            // Ends when the store (the sender's only holder) is dropped.
+            tokio::spawn(write_batches(self.redis.clone(), rx));
+            tx
+        });
+        writer
+            .send(entry)
+            .map_err(|_| Error::Internal("owner index writer stopped".into()))?;
+        // Stored even if this caller goes away: an extra entry is harmless.
+        answer
+            .await
+            .unwrap_or_else(|_| Err(Error::Internal("owner index batch dropped".into())))
+    }
+}
+
+/// The writer task: takes what is waiting (at least one entry), writes it as one
+/// pipeline, answers, and repeats.
+async fn write_batches(redis: Redis, mut rx: mpsc::UnboundedReceiver<Entry>) {
+    let mut batch = Vec::new();
+    // Counts owner writes, to pick the ones that also prune.
+    let mut writes = 0u64;
+    while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        let result = redis
+            .query_pipe(&pipeline(&redis, &batch, &mut writes))
+            .await;
+        for entry in batch.drain(..) {
+            let _ = entry.done.send(result.clone());
+        }
+    }
+}
+
+/// Per owner in the batch: one `ZADD GT` of all its names (a later end never moves
+/// back), sometimes a trim of ended entries, and the set's expiry at its latest entry
+/// (`NX` sets a first one, `GT` only raises it).
+fn pipeline(redis: &Redis, batch: &[Entry], writes: &mut u64) -> redis::Pipeline {
+    let mut owners: HashMap<&str, Vec<&Entry>> = HashMap::new();
+    for entry in batch {
+        owners.entry(&entry.owner).or_default().push(entry);
+    }
+    let mut pipe = redis::pipe();
+    let now = format!("({}", now_ms());
+    for (owner, entries) in owners {
+        let key = redis.keys.owner_locks(owner);
+        let zadd = pipe.cmd("ZADD").arg(&key).arg("GT");
+        for entry in &entries {
+            zadd.arg(entry.until_ms).arg(&entry.name);
+        }
+        zadd.ignore();
+        *writes += 1;
+        if mix(*writes).is_multiple_of(PRUNE_EVERY) {
+            pipe.cmd("ZREMRANGEBYSCORE")
+                .arg(&key)
+                .arg("-inf")
+                .arg(&now)
+                .ignore();
+        }
+        let until = entries.iter().map(|e| e.until_ms).max().unwrap_or(0);
+        pipe.cmd("PEXPIREAT")
+            .arg(&key)
+            .arg(until)
+            .arg("NX")
+            .ignore();
+        pipe.cmd("PEXPIREAT")
+            .arg(&key)
+            .arg(until)
+            .arg("GT")
+            .ignore();
+    }
+    pipe
+}
+
+/// splitmix64's finalizer: spreads a counter's bits, so the owners picked to prune do
+/// not follow the order in which owners write.
+fn mix(mut x: u64) -> u64 {
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
