@@ -632,6 +632,45 @@ async fn a_caller_whose_deadline_passes_gets_deadline_exceeded_and_never_the_loc
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_once_whose_deadline_passes_in_flight_never_leaves_the_lock_held() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut locks = server.locks().await;
+    // Keep Redis busy with a script for 400 ms, so the acquire waits in its queue past
+    // the caller's deadline and runs only after the caller has gone.
+    let mut blocker = redis.conn().await;
+    let busy = tokio::spawn(async move {
+        redis::cmd("EVAL")
+            .arg(
+                "local t = redis.call('TIME') local s = t[1] * 1000000 + t[2] \
+                 repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - s > 400000 \
+                 return 1",
+            )
+            .arg(0)
+            .query_async::<i64>(&mut blocker)
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let gave_up = locks
+        .acquire(with_timeout(
+            acquire("late", "alice", 60_000, 0),
+            Duration::from_millis(200),
+        ))
+        .await;
+    assert!(
+        gave_up.is_err(),
+        "answered while Redis was busy: {gave_up:?}"
+    );
+    busy.await??;
+    // The give-back runs on the lock's own socket after the acquire, and so does this.
+    assert!(
+        !is_held(&mut locks, "late").await?,
+        "the caller gave up, yet the lock is held"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_caller_that_cancels_never_ends_up_holding_the_lock() -> TestResult {
     let redis = TestRedis::start().await;
     let server = TestServer::start(&redis).await;

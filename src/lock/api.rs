@@ -45,13 +45,16 @@ impl LockApi {
         Self { store, heartbeat }
     }
 
-    /// Runs the (maybe waiting) acquire detached from the caller: a lock won for a
-    /// caller who went away is released again.
+    /// Runs the acquire: a try-once in the caller's task, a waiting one detached from
+    /// it. Either way a lock won for a caller who went away is released again.
     async fn acquire_detached(
         &self,
         spec: AcquireSpec,
         deadline: Option<tokio::time::Instant>,
     ) -> Result<AcquireOutcome> {
+        if spec.wait.is_zero() {
+            return within(deadline, self.store.try_once(&spec)).await;
+        }
         let store = self.store.clone();
         let giver = self.store.clone();
         let name = spec.name.clone();

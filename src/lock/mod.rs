@@ -204,9 +204,10 @@ impl LockStore {
         let until = now_ms() + ttl_ms(spec.ttl) as i64 + INDEX_SLACK_MS;
         let index = self.index.record(&spec.owner, &spec.name, until);
         let (attempt, indexed) = if will_wait {
-            (self.redis.invoke(&call).await, None)
+            (self.redis.invoke_keyed(&keys.lock, &call).await, None)
         } else {
-            let (attempt, indexed) = tokio::join!(self.redis.invoke(&call), index);
+            let (attempt, indexed) =
+                tokio::join!(self.redis.invoke_keyed(&keys.lock, &call), index);
             (attempt, Some(indexed))
         };
         let (status, text, fencing_token, expires_at_ms): (i64, String, u64, i64) = attempt?;
@@ -233,6 +234,23 @@ impl LockStore {
             expires_at_ms,
         };
         Ok(AcquireOutcome::Acquired(lease))
+    }
+
+    /// One try (`spec.wait` is zero), run in the caller's own task: it is one round
+    /// trip, not worth a task of its own. If the caller goes away while the script is in
+    /// flight, a guard gives the lock back. The release goes on the lock's own socket,
+    /// so Redis runs it after the acquire, whichever way the acquire went.
+    pub async fn try_once(&self, spec: &AcquireSpec) -> Result<AcquireOutcome> {
+        let token = new_token();
+        let mut guard = GiveBackGuard {
+            store: self,
+            name: &spec.name,
+            token: &token,
+            armed: true,
+        };
+        let outcome = self.try_acquire(spec, &token, false).await;
+        guard.armed = false;
+        outcome
     }
 
     /// Takes the lock, waiting up to `spec.wait` for a held one. Not interrupted while a
@@ -337,7 +355,7 @@ impl LockStore {
         let keys = self.redis.keys.lock(name);
         let mut call = self.scripts.release.key(&keys.lock);
         call.arg(token).arg(self.redis.keys.lock_released_channel());
-        let released: i64 = self.redis.invoke(&call).await?;
+        let released: i64 = self.redis.invoke_keyed(&keys.lock, &call).await?;
         Ok(released == 1)
     }
 
@@ -346,7 +364,7 @@ impl LockStore {
         let keys = self.redis.keys.lock(name);
         let mut call = self.scripts.extend.key(&keys.lock);
         call.arg(token).arg(ttl_ms(ttl));
-        let reply: Vec<redis::Value> = self.redis.invoke(&call).await?;
+        let reply: Vec<redis::Value> = self.redis.invoke_keyed(&keys.lock, &call).await?;
         if int_at(&reply, 0)? != 1 {
             return Ok(None);
         }
@@ -363,7 +381,7 @@ impl LockStore {
         let keys = self.redis.keys.lock(name);
         let mut call = self.scripts.describe.key(&keys.lock);
         call.arg(token);
-        let reply: Vec<redis::Value> = self.redis.invoke(&call).await?;
+        let reply: Vec<redis::Value> = self.redis.invoke_keyed(&keys.lock, &call).await?;
         if int_at(&reply, 0)? != 1 {
             return Ok(Description {
                 holder: None,
@@ -395,12 +413,34 @@ impl LockStore {
             let keys = self.redis.keys.lock(&name);
             let mut call = self.scripts.release_owner.key(&keys.lock);
             call.arg(owner).arg(&channel);
-            let freed: i64 = self.redis.invoke(&call).await?;
+            let freed: i64 = self.redis.invoke_keyed(&keys.lock, &call).await?;
             if freed == 1 {
                 released.push(name);
             }
         }
         Ok(released)
+    }
+}
+
+/// Gives a lock back when the try-once acquire holding it is dropped mid-flight.
+struct GiveBackGuard<'a> {
+    store: &'a LockStore,
+    name: &'a str,
+    token: &'a str,
+    /// Cleared once the acquire's answer is in the caller's hands.
+    armed: bool,
+}
+
+impl Drop for GiveBackGuard<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let store = self.store.clone();
+        let (name, token) = (self.name.to_owned(), self.token.to_owned());
+        self.store
+            .shutdown
+            .spawn(async move { store.give_back(&name, &token).await });
     }
 }
 

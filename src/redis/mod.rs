@@ -1,9 +1,13 @@
-//! The `Redis` handle: a bb8 pool of multiplexed connections, a timeout on every
-//! command, and script invocation by SHA. Cheap to clone; every store holds one.
+//! The `Redis` handle: a few multiplexed connections kept checked out of a bb8 pool,
+//! a timeout on every command, and script invocation by SHA. Cheap to clone; every
+//! store holds one.
 //!
-//! Concurrent requests share connections: a call borrows a pooled connection only long
-//! enough to clone its multiplexed handle, so many in-flight commands are pipelined on
-//! a few sockets instead of each taking a socket of its own.
+//! Concurrent requests share connections: each call clones the multiplexed handle of
+//! one of [`SOCKETS`] connections, so many in-flight commands are pipelined on a few
+//! sockets instead of each taking a socket of its own. A call keyed by a name always
+//! uses that name's socket, so two calls on one name reach Redis in the order they were
+//! made (a lock's give-back can never overtake its acquire). bb8 makes, checks and
+//! replaces the sockets; a socket that failed is handed back and a fresh one taken.
 
 pub mod embedded;
 pub mod events;
@@ -12,8 +16,8 @@ pub mod script;
 
 use std::{
     sync::{
-        atomic::{AtomicBool, Ordering},
-        Arc,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+        Arc, Mutex, PoisonError,
     },
     time::Duration,
 };
@@ -25,8 +29,11 @@ use crate::error::{Error, Result};
 pub use keys::Keys;
 pub use script::Script;
 
-/// Pooled sockets to Redis; each carries many pipelined commands at once.
-const POOL_SIZE: u32 = 8;
+/// Sockets the commands are spread over (each carries many pipelined commands).
+pub const SOCKETS: usize = 4;
+/// bb8's limit: the working sockets plus room to replace broken ones while the old
+/// ones are still being handed back.
+const POOL_SIZE: u32 = 2 * SOCKETS as u32;
 
 /// One pooled connection and whether a failure showed it to be dead.
 #[derive(Clone)]
@@ -73,12 +80,24 @@ impl bb8::ManageConnection for Manager {
 #[derive(Clone)]
 pub struct Redis {
     pool: bb8::Pool<Manager>,
+    /// The connections in use, each checked out of `pool` until it breaks.
+    sockets: Arc<[Socket; SOCKETS]>,
+    /// Spreads unkeyed calls over the sockets.
+    turn: Arc<AtomicUsize>,
     /// `--redis-timeout`: the longest any one command may take.
     timeout: Duration,
     /// The key layout.
     pub keys: Keys,
     /// The URL, for the dedicated pub/sub connection.
     url: String,
+}
+
+/// One of the sockets in use: empty until first used or after it broke.
+#[derive(Default)]
+struct Socket {
+    /// Kept checked out, so bb8 counts it as in use and hands it back (to be closed)
+    /// only when it is replaced.
+    pooled: Mutex<Option<bb8::PooledConnection<'static, Manager>>>,
 }
 
 impl Redis {
@@ -95,6 +114,8 @@ impl Redis {
             .build_unchecked(Manager { inner, timeout });
         Ok(Self {
             pool,
+            sockets: Arc::default(),
+            turn: Arc::default(),
             timeout,
             keys,
             url: url.to_owned(),
@@ -106,15 +127,37 @@ impl Redis {
         &self.url
     }
 
-    /// A connection to run commands on, shared with other in-flight calls.
-    async fn conn(&self) -> Result<Conn> {
-        loop {
-            let pooled = self.pool.get().await?;
-            if !pooled.broken.load(Ordering::Relaxed) {
-                return Ok(pooled.clone());
+    /// A connection to run commands on, shared with other in-flight calls: the one of
+    /// `key` when given, else the next in turn.
+    async fn conn(&self, key: Option<&str>) -> Result<Conn> {
+        let at = match key {
+            Some(key) => socket_of(key),
+            None => self.turn.fetch_add(1, Ordering::Relaxed) % SOCKETS,
+        };
+        let socket = &self.sockets[at];
+        {
+            let mut pooled = socket.pooled.lock().unwrap_or_else(PoisonError::into_inner);
+            match pooled.as_ref() {
+                Some(conn) if !conn.broken.load(Ordering::Relaxed) => return Ok((**conn).clone()),
+                // Handing it back to the pool closes it (has_broken).
+                Some(_) => drop(pooled.take()),
+                None => {}
             }
-            // Dropping it returns it to the pool, which closes it (has_broken).
         }
+        let fresh = loop {
+            let fresh = self.pool.get_owned().await?;
+            if !fresh.broken.load(Ordering::Relaxed) {
+                break fresh;
+            }
+        };
+        let conn = (*fresh).clone();
+        let mut pooled = socket.pooled.lock().unwrap_or_else(PoisonError::into_inner);
+        // Another call may have filled the socket meanwhile; keep the one already there
+        // and give this one back (the call still uses it; it is idle in the pool after).
+        if pooled.is_none() {
+            *pooled = Some(fresh);
+        }
+        Ok(conn)
     }
 
     /// Runs one script invocation (EVALSHA, loading the script on NOSCRIPT) with the
@@ -123,35 +166,45 @@ impl Redis {
         &self,
         invocation: &redis::ScriptInvocation<'_>,
     ) -> Result<T> {
-        let mut conn = self.conn().await?;
-        let reply =
-            tokio::time::timeout(self.timeout, invocation.invoke_async(&mut conn.mux)).await;
+        let mut conn = self.conn(None).await?;
+        let reply = invocation.invoke_async(&mut conn.mux).await;
+        conn.finish(reply, self.timeout)
+    }
+
+    /// [`Redis::invoke`] on `key`'s socket: after every earlier call keyed the same.
+    pub async fn invoke_keyed<T: redis::FromRedisValue>(
+        &self,
+        key: &str,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<T> {
+        let mut conn = self.conn(Some(key)).await?;
+        let reply = invocation.invoke_async(&mut conn.mux).await;
         conn.finish(reply, self.timeout)
     }
 
     /// Runs one plain command with the Redis timeout.
     pub async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
-        let mut conn = self.conn().await?;
-        let reply = tokio::time::timeout(self.timeout, cmd.query_async(&mut conn.mux)).await;
+        let mut conn = self.conn(None).await?;
+        let reply = cmd.query_async(&mut conn.mux).await;
         conn.finish(reply, self.timeout)
     }
 
     /// Runs a pipeline of plain commands whose replies are ignored, with the Redis timeout.
     pub async fn query_pipe(&self, pipe: &redis::Pipeline) -> Result<()> {
-        let mut conn = self.conn().await?;
-        let reply = tokio::time::timeout(self.timeout, pipe.query_async(&mut conn.mux)).await;
+        let mut conn = self.conn(None).await?;
+        let reply = pipe.query_async(&mut conn.mux).await;
         conn.finish(reply, self.timeout)
     }
 
     /// `SCRIPT LOAD`s every script, so the first request runs by SHA at once.
     pub async fn load_scripts(&self, scripts: &[&Script]) -> Result<()> {
         for script in scripts {
-            let mut conn = self.conn().await?;
-            let reply = tokio::time::timeout(
-                self.timeout,
-                script.inner.prepare_invoke().load_async(&mut conn.mux),
-            )
-            .await;
+            let mut conn = self.conn(None).await?;
+            let reply = script
+                .inner
+                .prepare_invoke()
+                .load_async(&mut conn.mux)
+                .await;
             conn.finish(reply, self.timeout)?;
         }
         Ok(())
@@ -164,29 +217,28 @@ impl Redis {
     }
 }
 
+/// The socket a key's calls use (FNV-1a: stable and cheap; any spread will do).
+fn socket_of(key: &str) -> usize {
+    let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    });
+    (hash % SOCKETS as u64) as usize
+}
+
 impl Conn {
-    /// Turns a timed reply into our result, flagging the socket on connection trouble.
-    fn finish<T>(
-        &self,
-        reply: std::result::Result<redis::RedisResult<T>, tokio::time::error::Elapsed>,
-        timeout: Duration,
-    ) -> Result<T> {
-        match reply {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(err)) => {
-                if err.is_io_error() || err.is_connection_dropped() || err.is_unrecoverable_error()
-                {
-                    self.broken.store(true, Ordering::Relaxed);
-                }
-                Err(err.into())
-            }
-            Err(_) => {
+    /// Turns a reply into our result, flagging the socket on connection trouble. The
+    /// connection's own response timeout (`--redis-timeout`) bounds every command.
+    fn finish<T>(&self, reply: redis::RedisResult<T>, timeout: Duration) -> Result<T> {
+        reply.map_err(|err| {
+            if err.is_io_error() || err.is_connection_dropped() || err.is_unrecoverable_error() {
                 // A socket that stopped answering may be half-open: start a fresh one.
                 self.broken.store(true, Ordering::Relaxed);
-                Err(Error::Unavailable(format!(
-                    "redis did not answer within {timeout:?}"
-                )))
             }
-        }
+            if err.is_timeout() {
+                Error::Unavailable(format!("redis did not answer within {timeout:?}"))
+            } else {
+                err.into()
+            }
+        })
     }
 }
