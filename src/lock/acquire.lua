@@ -1,6 +1,6 @@
 -- acquire.lua: take a lock if it is free, in one atomic step (the lease and its expiry
 -- are written together: no SETNX-then-EXPIRE window).
--- KEYS[1]  lock hash {token, owner, fencing, expires_at, request_id[, waited]}
+-- KEYS[1]  lock (the packed lease, see prelude.lua; PX = the lease)
 -- KEYS[2]  fence: the last fencing token of this name (outlives the lease)
 -- ARGV[1]  token (random, made by the server)
 -- ARGV[2]  owner
@@ -10,27 +10,30 @@
 --          its release publishes a wake-up), else '0'
 -- Clock: Redis TIME. fencing = max(last + 1, TIME in µs): strictly increasing even if
 -- a crash lost the fence's last second of writes, as long as the Redis clock does not
--- run backwards.
+-- run backwards. Numbers stay Lua numbers (exact below 2^53; µs since 1970 are ~2^51).
 -- Returns {1, token, fencing, expires_at_ms} acquired (or the same lease again for a
 -- retried owner + request_id), {0, owner, fencing, expires_at_ms} held by another.
-local held = redis.call('HMGET', KEYS[1], 'token', 'owner', 'fencing', 'expires_at', 'request_id')
-if held[1] then
-  if ARGV[4] ~= '' and held[2] == ARGV[2] and held[5] == ARGV[4] then
-    return {1, held[1], held[3], held[4]}
+local got = redis.call('MGET', KEYS[1], KEYS[2])
+if got[1] then
+  local token, waited, fencing, expires_at, owner, request_id = unpack_lease(got[1])
+  if ARGV[4] ~= '' and owner == ARGV[2] and request_id == ARGV[4] then
+    return {1, token, fencing, expires_at}
   end
-  if ARGV[5] == '1' then
-    redis.call('HSET', KEYS[1], 'waited', '1')
+  if ARGV[5] == '1' and waited == 0 then
+    redis.call('SET', KEYS[1], pack_lease(token, 1, fencing, expires_at, owner, request_id),
+      'KEEPTTL')
   end
-  return {0, held[2], held[3], held[4]}
+  return {0, owner, fencing, expires_at}
 end
 local now = redis.call('TIME')
-local now_us = tonumber(now[1]) * 1000000 + tonumber(now[2])
-local last = tonumber(redis.call('GET', KEYS[2]) or '0')
-local fencing = string.format('%.0f', math.max(last + 1, now_us))
+local now_us = now[1] * 1000000 + now[2]
+local fencing = now_us
+if got[2] and got[2] + 1 > now_us then
+  fencing = got[2] + 1
+end
 local ttl = tonumber(ARGV[3])
-local expires_at = string.format('%.0f', math.floor(now_us / 1000) + ttl)
-redis.call('HSET', KEYS[1], 'token', ARGV[1], 'owner', ARGV[2], 'fencing', fencing,
-  'expires_at', expires_at, 'request_id', ARGV[4])
-redis.call('PEXPIRE', KEYS[1], ttl)
+local expires_at = (now_us - now_us % 1000) / 1000 + ttl
+redis.call('SET', KEYS[1], pack_lease(ARGV[1], 0, fencing, expires_at, ARGV[2], ARGV[4]),
+  'PX', ttl)
 redis.call('SET', KEYS[2], fencing, 'PX', ttl + 60000)
 return {1, ARGV[1], fencing, expires_at}

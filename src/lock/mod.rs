@@ -46,14 +46,24 @@ pub struct LockScripts {
     describe: Script,
 }
 
+/// A lock script with `prelude.lua` (the packed lease) in front.
+macro_rules! lock_script {
+    ($file:literal) => {
+        Script::new(
+            $file,
+            concat!(include_str!("prelude.lua"), include_str!($file)),
+        )
+    };
+}
+
 impl LockScripts {
     fn new() -> Self {
         Self {
-            acquire: Script::new("acquire.lua", include_str!("acquire.lua")),
-            release: Script::new("release.lua", include_str!("release.lua")),
-            release_owner: Script::new("release_owner.lua", include_str!("release_owner.lua")),
-            extend: Script::new("extend.lua", include_str!("extend.lua")),
-            describe: Script::new("describe.lua", include_str!("describe.lua")),
+            acquire: lock_script!("acquire.lua"),
+            release: lock_script!("release.lua"),
+            release_owner: lock_script!("release_owner.lua"),
+            extend: lock_script!("extend.lua"),
+            describe: lock_script!("describe.lua"),
         }
     }
 

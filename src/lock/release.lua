@@ -1,16 +1,20 @@
 -- release.lua: free a lock only if the given token holds it (never another holder's).
--- KEYS[1]  lock hash
+-- KEYS[1]  lock
 -- ARGV[1]  token
 -- ARGV[2]  the lock-released channel
 -- Publishes the lock key on the channel when a waiter marked the lease (so one waiter
 -- per replica wakes at once); no clock.
 -- Returns 1 released, 0 not held by this token.
-local held = redis.call('HMGET', KEYS[1], 'token', 'waited')
-if held[1] ~= ARGV[1] then
+local value = redis.call('GET', KEYS[1])
+if not value then
+  return 0
+end
+local token, waited = unpack_lease(value)
+if token ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
-if held[2] then
+if waited == 1 then
   redis.call('PUBLISH', ARGV[2], KEYS[1])
 end
 return 1
