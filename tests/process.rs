@@ -275,20 +275,14 @@ async fn a_server_killed_with_deliveries_in_flight_loses_none_of_them() -> TestR
     Ok(())
 }
 
-#[test]
-fn bench_runs_its_scenarios_and_reports_json() {
+/// Runs `turnstile bench` with `args` on its own Redis and server; the JSON lines, each
+/// checked to name the scenario `reported` expects there and carry the common fields.
+fn bench_json(args: &[&str], scenarios: &[&str], reported: &[&str]) -> Vec<String> {
     let output = Command::new(BIN)
-        .args([
-            "bench",
-            "lock",
-            "handoff",
-            "pickup",
-            "--duration",
-            "300ms",
-            "--concurrency",
-            "8",
-            "--json",
-        ])
+        .arg("bench")
+        .args(scenarios)
+        .args(args)
+        .arg("--json")
         .env_remove("TURNSTILE_REDIS_URL")
         .output()
         .expect("run bench");
@@ -298,9 +292,9 @@ fn bench_runs_its_scenarios_and_reports_json() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.len(), 3, "{stdout}");
-    for (line, scenario) in lines.iter().zip(["lock", "handoff", "pickup"]) {
+    let lines: Vec<String> = stdout.lines().map(str::to_owned).collect();
+    assert_eq!(lines.len(), reported.len(), "{stdout}");
+    for (line, scenario) in lines.iter().zip(reported) {
         assert!(
             line.starts_with(&format!("{{\"scenario\":\"{scenario}\"")),
             "{line}"
@@ -309,13 +303,58 @@ fn bench_runs_its_scenarios_and_reports_json() {
             assert!(line.contains(&format!("\"{field}\":")), "{field} in {line}");
         }
     }
-    assert!(lines[0].contains("\"floor_ops_per_s\":") && lines[0].contains("\"ratio_to_floor\":"));
-    // What the run cost Redis, from INFO (the bench started the Redis, so it knows it).
-    for field in ["redis_cpu_pct", "redis_us_per_op", "scripts_per_op"] {
-        assert!(
-            lines[0].contains(&format!("\"{field}\":")),
-            "{field} in {}",
-            lines[0]
-        );
+    lines
+}
+
+fn assert_fields(line: &str, fields: &[&str]) {
+    for field in fields {
+        assert!(line.contains(&format!("\"{field}\":")), "{field} in {line}");
     }
+}
+
+#[test]
+fn bench_runs_its_scenarios_and_reports_json() {
+    let lines = bench_json(
+        &["--duration", "300ms", "--concurrency", "8"],
+        &["lock", "handoff", "queue", "pickup", "seckill"],
+        &[
+            "lock",
+            "handoff",
+            "queue",
+            "queue_batched",
+            "pickup",
+            "seckill",
+        ],
+    );
+    let floor = ["floor_ops_per_s", "ratio_to_floor"];
+    // What the run cost Redis, from INFO (the bench started the Redis, so it knows it).
+    let cost = ["redis_cpu_pct", "redis_us_per_op", "scripts_per_op"];
+    assert_fields(&lines[0], &[&floor[..], &cost[..]].concat());
+    // `queue` reports one Ack per task, then batched acks with their Redis floor.
+    assert!(
+        lines[2].contains("\"acks\":\"one per task\""),
+        "{}",
+        lines[2]
+    );
+    assert_fields(&lines[2], &cost);
+    assert_fields(
+        &lines[3],
+        &[&floor[..], &cost[..], &["floor_redis_us_per_op"]].concat(),
+    );
+    assert!(lines[5].contains("\"sales\":100,") && lines[5].contains("\"stock\":100,"));
+}
+
+#[test]
+fn bench_runs_the_fixed_length_scenarios() {
+    // `delayed` spreads 2,000 tasks over 5 s and `idle` watches for 10 s by definition.
+    let lines = bench_json(&[], &["delayed", "idle"], &["delayed", "idle"]);
+    assert!(lines[0].contains("\"early\":0"), "{}", lines[0]);
+    assert_fields(
+        &lines[1],
+        &[
+            "redis_commands_per_s",
+            "server_rss_mb",
+            "server_peak_rss_mb",
+        ],
+    );
 }
