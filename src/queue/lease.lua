@@ -14,16 +14,16 @@ local max_tasks, visibility, auto_ack = tonumber(ARGV[1]), tonumber(ARGV[2]), AR
 local budget = tonumber(ARGV[4])
 local lexp_score = string.format('%d', now + visibility)
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, max_tasks)
-local ids, metas, payloads = within_budget(due, budget)
+local ids, raws, payloads = within_budget(due, budget)
 local out, writes, leases, ends = {0}, {}, {}, ending()
 for n, id in ipairs(ids) do
-  local meta = metas[n]
+  local meta = raws[n] and decode(raws[n])
   if meta then
     take(meta)
     if auto_ack then
       ends.forget(id, meta, now)
     else
-      lease_out(id, meta, ARGV[5], n, now + visibility)
+      lease_out(id, meta, ARGV[5], now + visibility)
       writes[#writes + 1] = id; writes[#writes + 1] = encode(meta)
       leases[#leases + 1] = lexp_score; leases[#leases + 1] = due[n]
     end

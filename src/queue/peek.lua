@@ -19,9 +19,9 @@ else
   members = redis.call('ZRANGE', KEYS[3], 0, limit - 1)
 end
 local out = {}
-local ids, metas, payloads = within_budget(members, budget)
+local ids, raws, payloads = within_budget(members, budget)
 for n, id in ipairs(ids) do
-  local meta = metas[n]
+  local meta = raws[n] and decode(raws[n])
   if meta then
     meta.rcpt = nil
     push_row(out, id, meta, payloads[n], now)

@@ -152,11 +152,17 @@ local function take(meta)
   meta.st = 'f'
 end
 
--- Leases a taken task until lexp under the receipt "<prefix><n hex>:<id>"; with a
--- Subscribe tag, to that stream (its session). Only the meta changes: the caller
--- writes it and the inflight (and leased) entries.
-local function lease_out(id, meta, prefix, n, lexp, tag, session)
-  meta.rcpt = prefix .. string.format('%x', n) .. ':' .. id
+-- The receipt of a delivery: "<prefix>:<id>". The prefix is random per call and a
+-- call delivers an id once, so it names this one delivery.
+local function receipt_of(prefix, id)
+  return prefix .. ':' .. id
+end
+
+-- Leases a taken task until lexp; with a Subscribe tag, to that stream (its
+-- session). Only the meta changes: the caller writes it and the inflight (and leased)
+-- entries.
+local function lease_out(id, meta, prefix, lexp, tag, session)
+  meta.rcpt = receipt_of(prefix, id)
   meta.lexp = lexp
   meta.w = tag
   meta.s = session
@@ -197,20 +203,27 @@ end
 local function ending()
   local inflight, leased, gone, windows = {}, {}, {}, {}
   local e = {}
-  -- Ends a delivery's lease records (inflight and the Subscribe index).
-  function e.unlease(id, meta)
-    inflight[#inflight + 1] = member_of(meta, id)
-    if meta.w then
-      leased[#leased + 1] = leased_entry(meta.w, id)
+  -- Ends a delivery's lease records (inflight and the Subscribe index), from its
+  -- meta's seq and tag (w: nil or '' for none).
+  function e.unlease_fields(id, seq, w)
+    inflight[#inflight + 1] = seq .. ':' .. id
+    if w and w ~= '' then
+      leased[#leased + 1] = leased_entry(w, id)
     end
   end
-  -- Removes a finished task; its id stays reserved for its dedupe window.
-  function e.forget(id, meta, now)
+  function e.unlease(id, meta)
+    e.unlease_fields(id, meta.seq, meta.w)
+  end
+  -- Removes a finished task; its id stays reserved for its dedupe window (dd ms).
+  function e.forget_fields(id, dd, now)
     gone[#gone + 1] = id
-    if meta.dd > 0 then
-      windows[#windows + 1] = string.format('%d', now + meta.dd)
+    if dd > 0 then
+      windows[#windows + 1] = string.format('%d', now + dd)
       windows[#windows + 1] = id
     end
+  end
+  function e.forget(id, meta, now)
+    e.forget_fields(id, meta.dd, now)
   end
   function e.flush()
     if #inflight > 0 then
@@ -270,18 +283,27 @@ local function reclaim(now)
   return #expired
 end
 
+-- A packed meta's payload size (its 7th field), without unpacking the rest.
+local SIZE_PREFIX = '<c15dddddd'
+local function size_of(raw)
+  local _, _, _, _, _, _, size = struct.unpack(SIZE_PREFIX, raw)
+  return size
+end
+
 -- The leading members whose payloads fit in budget bytes (the first always does, so
--- a reply is never empty), as arrays: ids, metas, payloads. Sizes come from the
--- metas, so only the payloads returned are read.
+-- a reply is never empty), as arrays: ids, packed metas (false where gone), payloads.
+-- Sizes come from the metas, so only the payloads returned are read; the metas stay
+-- packed, for the caller to unpack as it needs (a table per task costs more than the
+-- commands that move it).
 local function within_budget(members, budget)
   local ids = {}
   for n, member in ipairs(members) do
     ids[n] = id_of(member)
   end
-  local metas = load_many(ids)
+  local raws = hmget(KEYS[4], ids)
   local used, taken = 0, 0
   for n, id in ipairs(ids) do
-    used = used + (metas[n] and metas[n].size or 0) + #id + 128
+    used = used + (raws[n] and size_of(raws[n]) or 0) + #id + 128
     if n > 1 and used > budget then
       break
     end
@@ -289,9 +311,9 @@ local function within_budget(members, budget)
   end
   for n = #ids, taken + 1, -1 do
     ids[n] = nil
-    metas[n] = nil
+    raws[n] = nil
   end
-  return ids, metas, hmget(KEYS[5], ids)
+  return ids, raws, hmget(KEYS[5], ids)
 end
 
 -- Appends one task as a reply row to out: id, payload, state, due, enq, att, max,
