@@ -35,10 +35,11 @@ if #chosen > 0 then
     stored[n], held[n] = metas[k], windows[k]
   end
 end
--- planned[id] = {meta, payload, score, at}: what this batch stores for id; `at` is its
+-- planned[id]: what this batch stores for id, one table per task that is both the
+-- new meta (encode() reads its fields) and the plan: payload, score, and `at`, its
 -- place in `order` (a replace within the batch moves it to the end, as a new seq).
 local planned, order, removed = {}, {}, {}
-local out = {}
+local out, no = {}, 0
 for n, id in ipairs(ids) do
   local i = 3 + (n - 1) * 7
   local kind, value = ARGV[i + 2], tonumber(ARGV[i + 3])
@@ -51,26 +52,24 @@ for n, id in ipairs(ids) do
     score = ARGV[i + 3]
   end
   local plan = planned[id]
-  local meta = (plan and plan.meta) or stored[n]
+  local meta = plan or stored[n]
   if held[n] then
     -- Held by a dedupe window: refused by both policies.
-    out[#out + 1] = 0; out[#out + 1] = 0; out[#out + 1] = 0
+    out[no + 1], out[no + 2], out[no + 3] = 0, 0, 0
   elseif meta and (ARGV[i + 4] ~= 'r' or meta.st == 'f') then
-    out[#out + 1] = 0; out[#out + 1] = 0; out[#out + 1] = meta.due
+    out[no + 1], out[no + 2], out[no + 3] = 0, 0, meta.due
   else
     if meta and not plan then
       removed[#removed + 1] = member_of(meta, id)
     end
-    local fresh = {due = due, enq = now, att = 0, max = tonumber(ARGV[i + 5]),
-      dd = tonumber(ARGV[i + 6]), size = #ARGV[i + 1], st = 'p'}
-    if meta then
-      fresh.enq = meta.enq
-    end
     order[#order + 1] = id
-    planned[id] = {meta = fresh, payload = ARGV[i + 1], score = score, at = #order}
+    planned[id] = {due = due, enq = meta and meta.enq or now, att = 0,
+      max = tonumber(ARGV[i + 5]), dd = tonumber(ARGV[i + 6]), size = #ARGV[i + 1],
+      st = 'p', payload = ARGV[i + 1], score = score, at = #order}
     local created = meta and 0 or 1
-    out[#out + 1] = created; out[#out + 1] = 1 - created; out[#out + 1] = due
+    out[no + 1], out[no + 2], out[no + 3] = created, 1 - created, due
   end
+  no = no + 3
 end
 if #order > 0 then
   if #removed > 0 then
@@ -83,10 +82,10 @@ if #order > 0 then
     local plan = planned[id]
     if plan.at == at then
       seq = seq + 1
-      plan.meta.seq = string.format('%015d', seq)
-      metas[#metas + 1] = id; metas[#metas + 1] = encode(plan.meta)
+      plan.seq = string.format('%015d', seq)
+      metas[#metas + 1] = id; metas[#metas + 1] = encode(plan)
       payloads[#payloads + 1] = id; payloads[#payloads + 1] = plan.payload
-      members[#members + 1] = plan.score; members[#members + 1] = member_of(plan.meta, id)
+      members[#members + 1] = plan.score; members[#members + 1] = member_of(plan, id)
     end
   end
   bulk('HSET', KEYS[4], metas)
