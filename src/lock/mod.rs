@@ -212,12 +212,13 @@ impl LockStore {
         // that lost is harmless, as ReleaseAll checks the owner. A waiting call, whose
         // tries mostly lose, writes it only once it has won.
         let until = now_ms() + ttl_ms(spec.ttl) as i64 + INDEX_SLACK_MS;
-        let index = self.index.record(&spec.owner, &spec.name, until);
         let (attempt, indexed) = if will_wait {
             (self.redis.invoke_keyed(&keys.lock, &call).await, None)
         } else {
-            let (attempt, indexed) =
-                tokio::join!(self.redis.invoke_keyed(&keys.lock, &call), index);
+            let (attempt, indexed) = tokio::join!(
+                self.redis.invoke_keyed(&keys.lock, &call),
+                self.index.record(&spec.owner, &spec.name, until)
+            );
             (attempt, Some(indexed))
         };
         let (status, text, fencing_token, expires_at_ms): (i64, String, u64, i64) = attempt?;

@@ -242,3 +242,21 @@ impl Conn {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{socket_of, SOCKETS};
+
+    #[test]
+    fn a_key_always_uses_one_socket_and_keys_spread_over_all() {
+        assert_eq!(
+            socket_of("turnstile:lock:{a}"),
+            socket_of("turnstile:lock:{a}")
+        );
+        let mut used = [0usize; SOCKETS];
+        for n in 0..1000 {
+            used[socket_of(&format!("turnstile:lock:{{n{n}}}"))] += 1;
+        }
+        assert!(used.iter().all(|&count| count > 150), "{used:?}");
+    }
+}
