@@ -48,8 +48,13 @@ local function decode(raw)
     lexp = lexp, st = st, rcpt = none_if_empty(rcpt), w = none_if_empty(w), s = none_if_empty(s)}
 end
 
+-- A task's member in pending, inflight and dead: "<seq>:<id>".
+local function member(seq, id)
+  return seq .. ':' .. id
+end
+
 local function member_of(meta, id)
-  return meta.seq .. ':' .. id
+  return member(meta.seq, id)
 end
 
 local function id_of(member)
@@ -206,7 +211,7 @@ local function ending()
   -- Ends a delivery's lease records (inflight and the Subscribe index), from its
   -- meta's seq and tag (w: nil or '' for none).
   function e.unlease_fields(id, seq, w)
-    inflight[#inflight + 1] = seq .. ':' .. id
+    inflight[#inflight + 1] = member(seq, id)
     if w and w ~= '' then
       leased[#leased + 1] = leased_entry(w, id)
     end
