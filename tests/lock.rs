@@ -321,6 +321,41 @@ async fn extend_resets_the_lease_only_for_the_holder() -> TestResult {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extended_lease_stays_in_the_owner_index_until_its_new_end() -> TestResult {
+    // ReleaseAll finds locks through the owner's index, whose entries are trimmed once
+    // their score (lease end + slack) passes; an Extend must move the entry, or a lease
+    // extended past its first end + slack would become invisible to ReleaseAll.
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut locks = server.locks().await;
+    let won = locks
+        .acquire(acquire("long", "alice", 1_000, 0))
+        .await?
+        .into_inner();
+    let extended = locks
+        .extend(ExtendRequest {
+            name: "long".into(),
+            token: won.token,
+            ttl: ms(600_000),
+        })
+        .await?
+        .into_inner();
+    assert!(extended.extended);
+    let until: f64 = redis
+        .conn()
+        .await
+        .zscore("turnstile:owner:{alice}", "long")
+        .await?;
+    assert!(
+        until as i64 >= unix_ms(&extended.expires_at),
+        "index entry ends at {until}, the lease at {}",
+        unix_ms(&extended.expires_at)
+    );
+    assert_eq!(release_all(&mut locks, "alice").await?, ["long"]);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn describe_tells_who_holds_it_and_whether_a_token_is_the_holders() -> TestResult {
     let redis = TestRedis::start().await;
     let server = TestServer::start(&redis).await;

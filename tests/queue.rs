@@ -23,6 +23,14 @@ fn spec(id: &str, payload: &str) -> TaskSpec {
     }
 }
 
+/// `task` with the REPLACE duplicate policy.
+fn replacing(task: TaskSpec) -> TaskSpec {
+    TaskSpec {
+        on_duplicate: DuplicatePolicy::Replace as i32,
+        ..task
+    }
+}
+
 fn delayed(id: &str, delay_ms: i64) -> TaskSpec {
     TaskSpec {
         schedule: Some(Schedule::Delay(ms(delay_ms).unwrap())),
@@ -209,10 +217,7 @@ async fn a_duplicate_id_is_kept_by_default_and_replaced_only_when_not_in_flight(
     enqueue(&mut queues, vec![spec("d", "first")]).await?;
     let kept = &enqueue(&mut queues, vec![spec("d", "second")]).await?[0];
     assert!(!kept.created && !kept.replaced);
-    let replace = |payload: &str| TaskSpec {
-        on_duplicate: DuplicatePolicy::Replace as i32,
-        ..spec("d", payload)
-    };
+    let replace = |payload: &str| replacing(spec("d", payload));
     let replaced = &enqueue(&mut queues, vec![replace("third")]).await?[0];
     assert!(!replaced.created && replaced.replaced);
     let tasks = lease(&mut queues, 10, 30_000).await?;
@@ -231,10 +236,7 @@ async fn one_batch_is_decided_in_order_as_if_enqueued_one_by_one() -> TestResult
     let server = TestServer::start(&redis).await;
     let mut queues = server.queues().await;
     enqueue(&mut queues, vec![spec("old", "stored")]).await?;
-    let replace = |id: &str, payload: &str| TaskSpec {
-        on_duplicate: DuplicatePolicy::Replace as i32,
-        ..spec(id, payload)
-    };
+    let replace = |id: &str, payload: &str| replacing(spec(id, payload));
     let results = enqueue(
         &mut queues,
         vec![
@@ -364,10 +366,7 @@ async fn a_dedupe_window_refuses_a_late_duplicate_after_ack_cancel_or_auto_ack()
             !late.created && !late.replaced,
             "{id} accepted inside its window"
         );
-        let replace = TaskSpec {
-            on_duplicate: DuplicatePolicy::Replace as i32,
-            ..windowed(id)
-        };
+        let replace = replacing(windowed(id));
         let late = &enqueue(&mut queues, vec![replace]).await?[0];
         assert!(
             !late.created && !late.replaced,
@@ -509,10 +508,7 @@ async fn an_expired_lease_on_the_last_attempt_makes_the_task_dead() -> TestResul
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(stats(&mut queues).await?.dead, 1);
     // A DEAD task comes back to life with REPLACE, its attempts reset.
-    let replace = TaskSpec {
-        on_duplicate: DuplicatePolicy::Replace as i32,
-        ..spec("once", "fixed")
-    };
+    let replace = replacing(spec("once", "fixed"));
     assert!(enqueue(&mut queues, vec![replace]).await?[0].replaced);
     let task = lease(&mut queues, 1, 30_000).await?.remove(0);
     assert_eq!((&task.payload[..], task.attempt), (&b"fixed"[..], 1));

@@ -17,9 +17,8 @@ for n, id in ipairs(ids) do
   local raw = raws[n]
   out[n] = 0
   if raw and not done[id] then
-    -- live(): in flight, under this receipt, lease not ended.
     local seq, _, _, _, _, dd, _, lexp, st, rcpt, w = struct.unpack(META, raw)
-    if st == 'f' and rcpt == ARGV[n + 1] and lexp > now then
+    if live_fields(st, rcpt, lexp, ARGV[n + 1], now) then
       done[id] = true
       ends.unlease_fields(id, seq, w)
       ends.forget_fields(id, dd, now)

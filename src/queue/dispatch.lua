@@ -38,7 +38,7 @@ for n = 1, #streams do
   out[3 + n] = 0
 end
 local writes, leases, leased = {}, {}, {}
-local nw, no = 0, #out
+local nw = 0
 local k = 1
 for n, id in ipairs(ids) do
   local raw = raws[n]
@@ -61,18 +61,9 @@ for n, id in ipairs(ids) do
     leases[nw] = due[n]
     leased[nw - 1] = '0'
     leased[nw] = leased_entry(stream.tag, id)
-    -- The stream's index, then push_row()'s fields for an in-flight task.
-    out[no + 1] = k
-    out[no + 2] = id
-    out[no + 3] = payloads[n] or ''
-    out[no + 4] = 'in_flight'
-    out[no + 5] = due_at
-    out[no + 6] = enq
-    out[no + 7] = att
-    out[no + 8] = max
-    out[no + 9] = rcpt
-    out[no + 10] = stream.lexp
-    no = no + 10
+    -- The stream's index, then the task's row.
+    out[#out + 1] = k
+    push_fields(out, id, payloads[n], 'in_flight', due_at, enq, att, max, rcpt, stream.lexp)
     k = k % #streams + 1
   end
 end

@@ -112,9 +112,15 @@ local function receipt_id(receipt)
   return string.sub(receipt, at + 1)
 end
 
+-- Whether a meta's fields (state, receipt, lease end) are a live delivery for this
+-- receipt: in flight, not expired, not redelivered.
+local function live_fields(st, rcpt, lexp, receipt, now)
+  return st == 'f' and rcpt == receipt and lexp > now
+end
+
 -- Whether meta is a live delivery for this receipt (not expired, redelivered or gone).
 local function live(meta, receipt, now)
-  return meta and meta.st == 'f' and meta.rcpt == receipt and meta.lexp > now
+  return meta and live_fields(meta.st, meta.rcpt, meta.lexp, receipt, now)
 end
 
 -- A live delivery for this receipt, or nil (stale: expired, redelivered or gone).
@@ -323,6 +329,20 @@ end
 
 -- Appends one task as a reply row to out: id, payload, state, due, enq, att, max,
 -- receipt, lease end.
+local function push_fields(out, id, payload, state, due, enq, att, max, rcpt, lexp)
+  local n = #out
+  out[n + 1] = id
+  out[n + 2] = payload or ''
+  out[n + 3] = state
+  out[n + 4] = due
+  out[n + 5] = enq
+  out[n + 6] = att
+  out[n + 7] = max
+  out[n + 8] = rcpt
+  out[n + 9] = lexp
+end
+
+-- push_fields() for a meta, its state derived from st and due.
 local function push_row(out, id, meta, payload, now)
   local state = 'ready'
   if meta.st == 'f' then
@@ -332,15 +352,7 @@ local function push_row(out, id, meta, payload, now)
   elseif meta.due > now then
     state = 'delayed'
   end
-  local n = #out
-  out[n + 1] = id
-  out[n + 2] = payload or ''
-  out[n + 3] = state
-  out[n + 4] = meta.due
-  out[n + 5] = meta.enq
-  out[n + 6] = meta.att
-  out[n + 7] = meta.max
-  out[n + 8] = meta.rcpt or ''
-  out[n + 9] = meta.lexp or 0
+  push_fields(out, id, payload, state, meta.due, meta.enq, meta.att, meta.max,
+    meta.rcpt or '', meta.lexp or 0)
 end
 

@@ -166,9 +166,7 @@ impl Redis {
         &self,
         invocation: &redis::ScriptInvocation<'_>,
     ) -> Result<T> {
-        let mut conn = self.conn(None).await?;
-        let reply = invocation.invoke_async(&mut conn.mux).await;
-        conn.finish(reply, self.timeout)
+        self.invoke_on(None, invocation).await
     }
 
     /// [`Redis::invoke`] on `key`'s socket: after every earlier call keyed the same.
@@ -177,7 +175,15 @@ impl Redis {
         key: &str,
         invocation: &redis::ScriptInvocation<'_>,
     ) -> Result<T> {
-        let mut conn = self.conn(Some(key)).await?;
+        self.invoke_on(Some(key), invocation).await
+    }
+
+    async fn invoke_on<T: redis::FromRedisValue>(
+        &self,
+        key: Option<&str>,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<T> {
+        let mut conn = self.conn(key).await?;
         let reply = invocation.invoke_async(&mut conn.mux).await;
         conn.finish(reply, self.timeout)
     }
