@@ -1,23 +1,25 @@
 //! turnstile: distributed locks and task queues over gRPC, kept in Redis, every state
-//! change one Lua script.
+//! change one Lua script. This library is the server; the client-side code (the
+//! benchmark) lives in the binary's own module tree and uses only what is public here.
 //!
-//! Crate map:
+//! Crate map (see ARCHITECTURE.md for a request's path through it):
 //! - [`config`]: flags and `TURNSTILE_*` environment variables into one `Config`.
 //! - [`server`]: `run(config, listener, shutdown)` wires Redis, services, health and
 //!   reflection together; `main` and the tests both call it.
-//! - [`redis`]: the pool, keys, scripts, the embedded `redis-server` and pub/sub wake-ups.
+//! - [`rpc`]: the one path every RPC takes (span, deadline, error logging, heartbeats).
+//! - [`redis`]: the connections, keys, scripts, reply decoding, group commit, the
+//!   embedded `redis-server` and pub/sub wake-ups.
 //! - [`lock`]: `LockStore` (the domain) and `LockApi` (the gRPC adapter), plus `Hold`.
 //! - [`queue`]: `QueueStore` (the domain), `QueueApi` (the gRPC adapter) and the
 //!   Subscribe `scheduler`.
-//! - [`bench`]: `turnstile bench`, the scenarios measured against their floors.
-//! - [`error`], [`validate`], [`deadline`], [`rpc`], [`limits`], [`shutdown`],
-//!   [`health`], [`metrics`]: the pieces every RPC shares.
+//! - [`error`], [`validate`], [`deadline`], [`heartbeat`], [`limits`], [`shutdown`],
+//!   [`token`], [`time`], [`health`], [`metrics`]: the pieces every RPC shares.
 
-pub mod bench;
 pub mod config;
 pub mod deadline;
 pub mod error;
 pub mod health;
+pub mod heartbeat;
 pub mod limits;
 pub mod lock;
 pub mod metrics;
@@ -28,4 +30,5 @@ pub mod rpc;
 pub mod server;
 pub mod shutdown;
 pub mod time;
+pub mod token;
 pub mod validate;

@@ -2,11 +2,14 @@
 //! long as the stream is open or the call waits; past the ceiling a call gets
 //! RESOURCE_EXHAUSTED at once instead of queueing without bound.
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::{Error, Result};
+
+/// The longest `wait` of any call (`Acquire`, `Hold`, a long-poll `Lease`): 1 h.
+pub const MAX_WAIT: Duration = Duration::from_secs(3600);
 
 /// Counters of open streams and waiting calls, shared by every service.
 #[derive(Clone, Debug)]

@@ -1,14 +1,15 @@
 //! The `turnstile` binary: parse the command line, set up logging, bind, and hand the
-//! listener and the signal future to the library. Nothing else lives here.
+//! listener and the signal future to the library; or run a client-side command from
+//! `cli/`. Nothing else lives here.
+
+mod cli;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use cli::bench::{self, noop::NoopArgs, BenchArgs};
 use tokio::signal::unix::{signal, SignalKind};
-use turnstile::{
-    bench::{noop::NoopArgs, BenchArgs},
-    config::{Config, LogFormat},
-};
+use turnstile::config::{Config, LogFormat};
 
 /// turnstile: distributed locks and task queues over gRPC, kept in Redis.
 #[derive(Parser)]
@@ -61,8 +62,8 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Serve(config) => serve(config).await,
-            Command::Bench(args) => turnstile::bench::run(args).await,
-            Command::BenchNoop(args) => turnstile::bench::noop::serve(args).await,
+            Command::Bench(args) => bench::run(args).await,
+            Command::BenchNoop(args) => bench::noop::serve(args).await,
         }
     });
     match result {

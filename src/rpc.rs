@@ -1,84 +1,131 @@
-//! What every RPC adapter shares: answering before the caller's deadline, running a
-//! call detached from its caller, and logging an error once where the RPC ends.
+//! The one path every RPC takes, unary or streaming: a span named for the method,
+//! the caller's deadline read once, the handler (validate, call the store, convert),
+//! its error logged once and converted once, and for streams the heartbeat. A concern
+//! that every RPC shares (auth, metrics, tracing) is added here and nowhere else.
+//!
+//! The handlers in `lock/api.rs` and `queue/api.rs` are closures given to [`unary`] or
+//! [`stream`]; they never see a `Status` or a deadline race.
 
-use std::future::Future;
+use std::{future::Future, pin::Pin, time::Duration};
 
-use tokio::{sync::oneshot, time::Instant};
-use tokio_util::sync::CancellationToken;
-use tonic::{Response, Status};
-use tracing::Instrument;
+use tokio::time::Instant;
+use tokio_stream::{Stream, StreamExt};
+use tonic::{Request, Response, Status};
+use tracing::{field::Empty, Instrument};
 
 use crate::{
+    deadline,
     error::{Error, Result},
-    shutdown::Shutdown,
+    heartbeat::{Beat, Heartbeats},
 };
 
-/// Races a non-waiting call against the caller's deadline, so a slow Redis answers
-/// UNAVAILABLE before the caller gives up instead of a bare CANCELLED.
-pub async fn within<T>(
-    deadline: Option<Instant>,
-    call: impl Future<Output = Result<T>>,
-) -> Result<T> {
-    match deadline {
-        Some(at) => tokio::time::timeout_at(at, call).await.unwrap_or_else(|_| {
-            Err(Error::Unavailable(
-                "redis did not answer before the deadline".into(),
-            ))
-        }),
-        None => call.await,
-    }
+/// What a handler knows about its call besides the request message.
+#[derive(Clone, Debug)]
+pub struct Call {
+    /// When the call must answer: the caller's `grpc-timeout` less a margin.
+    pub deadline: Option<Instant>,
 }
 
-/// Runs `work` on its own tracked task, so that a caller who goes away (client cancel,
-/// tonic's own timeout) cannot leave a half-done state change behind: `work` is told
-/// through its token, and a result nobody reads goes to `unread` (to release a lock or
-/// give deliveries back).
-pub async fn detached<T, Work, Unread>(
-    shutdown: &Shutdown,
-    work: impl FnOnce(CancellationToken) -> Work,
-    unread: impl FnOnce(T) -> Unread + Send + 'static,
-) -> Result<T>
+/// How a unary RPC meets its caller's deadline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bound {
+    /// Redis round trips only: [`unary`] races the handler against the deadline and
+    /// answers UNAVAILABLE when Redis is too slow to beat it.
+    Race,
+    /// The call may wait (for a lock, for tasks): the store stops at
+    /// [`Call::deadline`], gives back what it won and answers DEADLINE_EXCEEDED.
+    Own,
+}
+
+/// A server stream as tonic wants it.
+pub type ResponseStream<M> = Pin<Box<dyn Stream<Item = Result<M, Status>> + Send>>;
+
+/// A stream message that can stand for "nothing else was due" (`Heartbeat`).
+pub trait Heartbeat {
+    /// The heartbeat message, stamped now.
+    fn heartbeat() -> Self;
+}
+
+fn span(method: &'static str) -> tracing::Span {
+    tracing::debug_span!(
+        "rpc",
+        method,
+        lock = Empty,
+        queue = Empty,
+        owner = Empty,
+        count = Empty
+    )
+}
+
+/// Serves one unary RPC: `handle` validates, calls the store and converts.
+pub async fn unary<Req, Resp, Fut>(
+    method: &'static str,
+    bound: Bound,
+    request: Request<Req>,
+    handle: impl FnOnce(Call, Req) -> Fut,
+) -> Result<Response<Resp>, Status>
 where
-    T: Send + 'static,
-    Work: Future<Output = Result<T>> + Send + 'static,
-    Unread: Future<Output = ()> + Send,
+    Fut: Future<Output = Result<Resp>>,
 {
-    let cancel = shutdown.child_token();
-    // Dropping the handler future drops this guard, which cancels the work.
-    let caller_gone = cancel.clone().drop_guard();
-    let (tx, rx) = oneshot::channel();
-    let work = work(cancel);
-    shutdown.spawn(
-        async move {
-            if let Err(Ok(value)) = tx.send(work.await) {
-                unread(value).await;
-            }
-        }
-        .in_current_span(),
-    );
-    let result = rx
-        .await
-        .map_err(|_| Error::Internal("detached call ended without an answer".into()))?;
-    caller_gone.disarm();
-    result
-}
-
-/// Logs the error once, where the RPC ends, and converts it.
-pub fn reply<T>(result: Result<T>) -> Result<Response<T>, Status> {
-    match result {
-        Ok(message) => Ok(Response::new(message)),
-        Err(err) => {
-            match &err {
-                Error::Unavailable(_) => tracing::warn!(cause = %err, "rpc failed"),
-                Error::Internal(_) => tracing::error!(cause = %err, "rpc failed"),
-                _ => tracing::debug!(cause = %err, "rpc refused"),
-            }
-            Err(err.into())
-        }
+    let call = Call {
+        deadline: deadline::from_metadata(request.metadata()),
+    };
+    let deadline = call.deadline;
+    let work = handle(call, request.into_inner());
+    async move {
+        let result = match bound {
+            Bound::Race => deadline::within(deadline, work).await,
+            Bound::Own => work.await,
+        };
+        result.map(Response::new).map_err(status)
     }
+    .instrument(span(method))
+    .await
 }
 
-/// Records a validated request field on the current RPC span.
+/// Serves one server-streaming RPC: `handle` validates and starts the stream of
+/// messages; this adds a heartbeat after every `heartbeat` of silence, and logs and
+/// converts the error that ends the stream, like a unary one.
+pub fn stream<Req, Resp, S>(
+    method: &'static str,
+    heartbeat: Duration,
+    request: Request<Req>,
+    handle: impl FnOnce(Call, Req) -> Result<S>,
+) -> Result<Response<ResponseStream<Resp>>, Status>
+where
+    Resp: Heartbeat + Send + 'static,
+    S: Stream<Item = Result<Resp>> + Send + 'static,
+{
+    let span = span(method);
+    let call = Call {
+        deadline: deadline::from_metadata(request.metadata()),
+    };
+    let started = span.in_scope(|| handle(call, request.into_inner()));
+    let messages = started.map_err(|err| span.in_scope(|| status(err)))?;
+    let stream = Heartbeats::new(Box::pin(messages), heartbeat).map(move |item| match item {
+        Ok(Beat::Event(message)) => Ok(message),
+        Ok(Beat::Heartbeat) => Ok(Resp::heartbeat()),
+        Err(err) => Err(span.in_scope(|| status(err))),
+    });
+    Ok(Response::new(Box::pin(stream)))
+}
+
+/// Logs an error once, where the RPC (or its stream) ends, and converts it.
+fn status(err: Error) -> Status {
+    match &err {
+        Error::Unavailable(_) => tracing::warn!(cause = %err, "rpc failed"),
+        Error::Internal(_) => tracing::error!(cause = %err, "rpc failed"),
+        _ => tracing::debug!(cause = %err, "rpc refused"),
+    }
+    err.into()
+}
+
+/// Records a validated request field (`lock`, `queue`, `owner`) on the RPC's span.
 pub fn record(field: &'static str, value: &str) {
     tracing::Span::current().record(field, value);
+}
+
+/// Records how many items (tasks, receipts) the call carries on the RPC's span.
+pub fn record_count(count: usize) {
+    tracing::Span::current().record("count", count);
 }

@@ -77,7 +77,7 @@ async fn serve(
     if let Err(err) = redis.load_scripts(&locks.scripts().all()).await {
         tracing::warn!(cause = %err, "scripts not loaded at boot; they load on first use");
     }
-    let queues = QueueStore::new(redis.clone());
+    let queues = QueueStore::new(redis.clone(), shutdown.clone());
     if let Err(err) = redis.load_scripts(&queues.scripts().all()).await {
         tracing::warn!(cause = %err, "queue scripts not loaded at boot; they load on first use");
     }
@@ -85,7 +85,6 @@ async fn serve(
         queues.clone(),
         limits.clone(),
         shutdown.clone(),
-        config.stream_heartbeat,
         config.reattach_grace,
     );
     let events = Events::spawn(
@@ -156,7 +155,7 @@ async fn serve(
         .add_service(QueueServiceServer::new(QueueApi::new(
             queues,
             scheduler,
-            shutdown.clone(),
+            config.stream_heartbeat,
         )))
         .serve_with_incoming_shutdown(incoming(listener), draining)
         .await

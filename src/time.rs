@@ -1,7 +1,10 @@
-//! Instants on the wire. Lease deadlines come from the Redis clock (`TIME` inside the
-//! scripts) as Unix milliseconds; this module turns them into protobuf timestamps.
+//! Instants on the wire and timers. Lease deadlines come from the Redis clock (`TIME`
+//! inside the scripts) as Unix milliseconds; this module turns them into protobuf
+//! timestamps and local sleeps.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::time::Instant;
 
 /// A `google.protobuf.Timestamp` for Unix milliseconds.
 pub fn timestamp_from_ms(ms: i64) -> prost_types::Timestamp {
@@ -30,4 +33,12 @@ pub fn now_ms() -> i64 {
 /// How long from now until the Unix-millisecond instant `ms` (zero if it passed).
 pub fn until_ms(ms: i64) -> Duration {
     Duration::from_millis((ms - now_ms()).max(0) as u64)
+}
+
+/// Sleeps until `at`, or forever when there is none (a `select!` arm that is off).
+pub async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }

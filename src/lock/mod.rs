@@ -2,6 +2,10 @@
 //! lock's own hash slot; waiting is push-based (pub/sub on release, one timer at the
 //! lease's expiry for the head waiter) and never polls on a fixed interval.
 //!
+//! The store owns "a caller who gives up never ends up holding the lock": every lease
+//! it wins is a [`Won`] until the caller has it, and a `Won` dropped unclaimed (the
+//! caller left, its deadline passed mid-script) gives the lock back.
+//!
 //! No proto type reaches this module: `api.rs` converts.
 
 pub mod api;
@@ -15,11 +19,13 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
+    deadline::within,
     error::{Error, Result},
     limits::Limits,
-    redis::{events::EventSink, Redis, Script},
-    shutdown::Shutdown,
-    time::{now_ms, until_ms},
+    redis::{events::EventSink, reply, Redis, Script},
+    shutdown::{Cleanup, Shutdown},
+    time::{now_ms, sleep_until_some, until_ms},
+    token::new_token,
 };
 use owner_index::OwnerIndex;
 use waiters::Waiters;
@@ -30,8 +36,6 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(15);
 pub const MIN_TTL: Duration = Duration::from_millis(1);
 /// Longest lease.
 pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
-/// Longest `wait`.
-pub const MAX_WAIT: Duration = Duration::from_secs(3600);
 /// How long past a lease's end (by this server's clock) its owner-index entry is kept:
 /// covers clock skew between servers and Redis, so ReleaseAll never misses a live lock.
 const INDEX_SLACK_MS: i64 = 60_000;
@@ -46,24 +50,19 @@ pub struct LockScripts {
     describe: Script,
 }
 
-/// A lock script with `prelude.lua` (the packed lease) in front.
-macro_rules! lock_script {
-    ($file:literal) => {
-        Script::new(
-            $file,
-            concat!(include_str!("prelude.lua"), include_str!($file)),
-        )
-    };
+/// A lock script: `prelude.lua` (the packed lease), then its own file.
+fn script(name: &'static str, body: &str) -> Script {
+    Script::with_prelude(name, include_str!("prelude.lua"), body)
 }
 
 impl LockScripts {
     fn new() -> Self {
         Self {
-            acquire: lock_script!("acquire.lua"),
-            release: lock_script!("release.lua"),
-            release_owner: lock_script!("release_owner.lua"),
-            extend: lock_script!("extend.lua"),
-            describe: lock_script!("describe.lua"),
+            acquire: script("acquire.lua", include_str!("acquire.lua")),
+            release: script("release.lua", include_str!("release.lua")),
+            release_owner: script("release_owner.lua", include_str!("release_owner.lua")),
+            extend: script("extend.lua", include_str!("extend.lua")),
+            describe: script("describe.lua", include_str!("describe.lua")),
         }
     }
 
@@ -125,6 +124,42 @@ pub enum AcquireOutcome {
     Held(Holder),
 }
 
+/// A lease won for a caller that has not taken it yet. Dropped unclaimed (the caller
+/// left, or gave up while the script was in flight), it gives the lock back.
+#[derive(Debug)]
+pub struct Won {
+    lease: Lease,
+    /// Releases the lease unless the caller claims it.
+    give_back: Cleanup,
+}
+
+impl Won {
+    /// The lease won.
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// The caller has the lease: it is theirs to release.
+    pub fn claim(self) -> Lease {
+        self.give_back.disarm();
+        self.lease
+    }
+
+    /// Nobody will use the lease: release it now, before answering.
+    pub async fn give_back(self) {
+        self.give_back.run().await;
+    }
+}
+
+/// How a waiting acquire ended, before its caller took the lease.
+#[derive(Debug)]
+pub enum Attempt {
+    /// Won, not yet claimed.
+    Won(Won),
+    /// Someone else holds it (the call did not wait, or its `wait` ran out).
+    Held(Holder),
+}
+
 /// What `Describe` saw.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Description {
@@ -134,7 +169,7 @@ pub struct Description {
     pub held_by_token: bool,
 }
 
-/// When a waiting acquire stops.
+/// When a waiting acquire stops early.
 #[derive(Clone, Debug)]
 pub struct Stop {
     /// The caller's deadline, minus a margin (`DEADLINE_EXCEEDED` after it).
@@ -247,27 +282,64 @@ impl LockStore {
         Ok(AcquireOutcome::Acquired(lease))
     }
 
-    /// One try (`spec.wait` is zero), run in the caller's own task: it is one round
-    /// trip, not worth a task of its own. If the caller goes away while the script is in
-    /// flight, a guard gives the lock back. The release goes on the lock's own socket,
-    /// so Redis runs it after the acquire, whichever way the acquire went.
-    pub async fn try_once(&self, spec: &AcquireSpec) -> Result<AcquireOutcome> {
+    /// Takes the lock for a caller who may go away at any moment: a try-once call
+    /// (`spec.wait` zero) races `deadline` in the caller's own task; a waiting one runs
+    /// detached from the caller, stops at `deadline` (DEADLINE_EXCEEDED) and is told
+    /// when the caller leaves. Either way a lock won for a caller who is gone is given
+    /// back, so a caller that gave up never holds it.
+    pub async fn acquire(
+        &self,
+        spec: AcquireSpec,
+        deadline: Option<Instant>,
+    ) -> Result<AcquireOutcome> {
+        if spec.wait.is_zero() {
+            return within(deadline, self.try_once(&spec)).await;
+        }
+        let store = self.clone();
+        let attempt = self
+            .shutdown
+            .detached(move |cancel| async move {
+                store.wait_for(&spec, &Stop { deadline, cancel }).await
+            })
+            .await?;
+        Ok(match attempt {
+            Attempt::Won(won) => AcquireOutcome::Acquired(won.claim()),
+            Attempt::Held(holder) => AcquireOutcome::Held(holder),
+        })
+    }
+
+    /// One try, in the caller's own task: it is one round trip, not worth a task of
+    /// its own. If the caller goes away while the script is in flight, the lock is
+    /// given back. The release goes on the lock's own socket, so Redis runs it after
+    /// the acquire, whichever way the acquire went.
+    async fn try_once(&self, spec: &AcquireSpec) -> Result<AcquireOutcome> {
         let token = new_token();
-        let mut guard = GiveBackGuard {
-            store: self,
-            name: &spec.name,
-            token: &token,
-            armed: true,
-        };
+        let in_flight = self.give_back_later(&spec.name, &token);
         let outcome = self.try_acquire(spec, &token, false).await;
-        guard.armed = false;
+        in_flight.disarm();
         outcome
     }
 
-    /// Takes the lock, waiting up to `spec.wait` for a held one. Not interrupted while a
-    /// script is in flight: a lock won after `stop` fired is released again before this
-    /// returns, so a caller that gave up never holds it.
-    pub async fn acquire(&self, spec: &AcquireSpec, stop: &Stop) -> Result<AcquireOutcome> {
+    /// A cleanup that releases `token`'s lease of `name`.
+    fn give_back_later(&self, name: &str, token: &str) -> Cleanup {
+        let store = self.clone();
+        let (name, token) = (name.to_owned(), token.to_owned());
+        self.shutdown
+            .cleanup(async move { store.give_back(&name, &token).await })
+    }
+
+    fn won(&self, name: &str, lease: Lease) -> Won {
+        Won {
+            give_back: self.give_back_later(name, &lease.token),
+            lease,
+        }
+    }
+
+    /// Takes the lock, waiting up to `spec.wait` for a held one (trying once when it is
+    /// zero). Not interrupted while a script is in flight: a lock won after `stop`
+    /// fired is given back before this returns; one won in time is a [`Won`] that the
+    /// caller claims or drops.
+    pub async fn wait_for(&self, spec: &AcquireSpec, stop: &Stop) -> Result<Attempt> {
         let token = new_token();
         let wait_until = Instant::now() + spec.wait;
         let will_wait = !spec.wait.is_zero();
@@ -286,15 +358,14 @@ impl LockStore {
             let wait_over = !will_wait || now >= wait_until;
             let holder = match attempt {
                 Ok(AcquireOutcome::Acquired(lease)) => {
+                    let won = self.won(&spec.name, lease);
                     if stop.cancel.is_cancelled() || stop.deadline.is_some_and(|d| now >= d) {
-                        self.give_back(&spec.name, &lease.token).await;
+                        won.give_back().await;
                         return Err(self.stop_error(stop));
                     }
-                    return Ok(AcquireOutcome::Acquired(lease));
+                    return Ok(Attempt::Won(won));
                 }
-                Ok(AcquireOutcome::Held(holder)) if wait_over => {
-                    return Ok(AcquireOutcome::Held(holder))
-                }
+                Ok(AcquireOutcome::Held(holder)) if wait_over => return Ok(Attempt::Held(holder)),
                 Ok(AcquireOutcome::Held(holder)) => Some(holder),
                 Err(err) if place.is_none() || wait_over => return Err(err),
                 Err(err) => {
@@ -355,7 +426,7 @@ impl LockStore {
     }
 
     /// Releases a lease nobody will use; failures are logged (it expires anyway).
-    pub async fn give_back(&self, name: &str, token: &str) {
+    async fn give_back(&self, name: &str, token: &str) {
         if let Err(err) = self.release(name, token).await {
             tracing::warn!(lock = name, cause = %err, "could not give back an unused lock; it expires with its ttl");
         }
@@ -376,11 +447,11 @@ impl LockStore {
         let mut call = self.scripts.extend.key(&keys.lock);
         call.arg(token).arg(ttl_ms(ttl));
         let reply: Vec<redis::Value> = self.redis.invoke_keyed(&keys.lock, &call).await?;
-        if int_at(&reply, 0)? != 1 {
+        if reply::int(&reply, 0)? != 1 {
             return Ok(None);
         }
-        let expires_at_ms = int_at(&reply, 1)?;
-        let owner = string_at(&reply, 2)?;
+        let expires_at_ms = reply::int(&reply, 1)?;
+        let owner = reply::string(&reply, 2)?;
         self.index
             .record(&owner, name, expires_at_ms + INDEX_SLACK_MS)
             .await?;
@@ -393,20 +464,20 @@ impl LockStore {
         let mut call = self.scripts.describe.key(&keys.lock);
         call.arg(token);
         let reply: Vec<redis::Value> = self.redis.invoke_keyed(&keys.lock, &call).await?;
-        if int_at(&reply, 0)? != 1 {
+        if reply::int(&reply, 0)? != 1 {
             return Ok(Description {
                 holder: None,
                 held_by_token: false,
             });
         }
         let holder = Holder {
-            owner: string_at(&reply, 1)?,
-            fencing_token: int_at(&reply, 2)? as u64,
-            expires_at_ms: int_at(&reply, 3)?,
+            owner: reply::string(&reply, 1)?,
+            fencing_token: reply::int(&reply, 2)? as u64,
+            expires_at_ms: reply::int(&reply, 3)?,
         };
         Ok(Description {
             holder: Some(holder),
-            held_by_token: int_at(&reply, 4)? == 1,
+            held_by_token: reply::int(&reply, 4)? == 1,
         })
     }
 
@@ -433,28 +504,6 @@ impl LockStore {
     }
 }
 
-/// Gives a lock back when the try-once acquire holding it is dropped mid-flight.
-struct GiveBackGuard<'a> {
-    store: &'a LockStore,
-    name: &'a str,
-    token: &'a str,
-    /// Cleared once the acquire's answer is in the caller's hands.
-    armed: bool,
-}
-
-impl Drop for GiveBackGuard<'_> {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let store = self.store.clone();
-        let (name, token) = (self.name.to_owned(), self.token.to_owned());
-        self.store
-            .shutdown
-            .spawn(async move { store.give_back(&name, &token).await });
-    }
-}
-
 /// Routes lock-released messages to the waiting calls of this replica.
 struct WakeSink {
     waiters: Arc<Waiters>,
@@ -472,59 +521,6 @@ impl EventSink for WakeSink {
     }
 }
 
-/// A fresh owner token: 128 random bits from the OS, as 32 hex digits.
-pub fn new_token() -> String {
-    let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes).expect("the OS random source works");
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(32);
-    for byte in bytes {
-        out.push(HEX[usize::from(byte >> 4)] as char);
-        out.push(HEX[usize::from(byte & 15)] as char);
-    }
-    out
-}
-
 fn ttl_ms(ttl: Duration) -> u64 {
     (ttl.as_millis() as u64).max(1)
-}
-
-/// Sleeps until `at`, or forever when there is none.
-pub async fn sleep_until_some(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
-fn int_at(reply: &[redis::Value], at: usize) -> Result<i64> {
-    match reply.get(at) {
-        Some(redis::Value::Int(n)) => Ok(*n),
-        Some(redis::Value::BulkString(bytes)) => std::str::from_utf8(bytes)
-            .ok()
-            .and_then(|text| text.parse().ok())
-            .ok_or_else(|| Error::Internal(format!("reply item {at} is not a number"))),
-        other => Err(Error::Internal(format!(
-            "reply item {at}: expected a number, got {other:?}"
-        ))),
-    }
-}
-
-fn string_at(reply: &[redis::Value], at: usize) -> Result<String> {
-    match reply.get(at) {
-        Some(redis::Value::BulkString(bytes)) => Ok(String::from_utf8_lossy(bytes).into_owned()),
-        other => Err(Error::Internal(format!(
-            "reply item {at}: expected a string, got {other:?}"
-        ))),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn tokens_are_128_random_bits() {
-        let a = super::new_token();
-        assert_eq!(a.len(), 32);
-        assert_ne!(a, super::new_token());
-    }
 }

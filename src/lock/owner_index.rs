@@ -1,18 +1,21 @@
-//! The owner index behind `ReleaseAll`, written by group commit. Each owner has a sorted
-//! set of the lock names it may hold (score: lease end plus a slack, Unix ms) in its own
-//! slot. A won lock is recorded before its Acquire answers, so a ReleaseAll sent after
-//! it always sees it. Concurrent records share one pipeline: while one is in flight, the
-//! entries that arrive wait and go together in the next, so a busy server pays one Redis
-//! round trip per batch instead of one per Acquire, and an idle one adds no delay.
-//! Only entries waiting for a write live here, never lock state.
+//! The owner index behind `ReleaseAll`, written by group commit (`redis::batch`). Each
+//! owner has a sorted set of the lock names it may hold (score: lease end plus a slack,
+//! Unix ms) in its own slot. A won lock is recorded before its Acquire answers, so a
+//! ReleaseAll sent after it always sees it. Concurrent records share one pipeline, so a
+//! busy server pays one Redis round trip per batch instead of one per Acquire, and an
+//! idle one adds no delay. Only entries waiting for a write live here, never lock state.
 
-use std::{collections::HashMap, sync::OnceLock};
-
-use tokio::sync::{mpsc, oneshot};
+use std::{
+    collections::HashMap,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+};
 
 use crate::{
-    error::{Error, Result},
-    redis::Redis,
+    error::Result,
+    redis::{batch::GroupCommit, Redis},
     time::now_ms,
 };
 
@@ -24,74 +27,57 @@ const MAX_BATCH: usize = 1000;
 /// stale ones, and an idle owner's whole set expires with its last entry.
 const PRUNE_EVERY: u64 = 8;
 
-/// One name to record, and where its writer's answer goes.
+/// One name to record.
 struct Entry {
     owner: String,
     name: String,
     until_ms: i64,
-    done: oneshot::Sender<Result<()>>,
 }
 
 /// The group-commit writer of the owner index. One per `LockStore`.
 pub(crate) struct OwnerIndex {
     redis: Redis,
-    /// Feeds the writer task, started on first use (so building a store needs no runtime).
-    writer: OnceLock<mpsc::UnboundedSender<Entry>>,
+    /// Entries waiting for the pipeline in flight (one batch for every owner).
+    batches: Arc<GroupCommit<(), Entry, ()>>,
+    /// Counts owner writes, to pick the ones that also prune.
+    writes: Arc<AtomicU64>,
 }
 
 impl OwnerIndex {
     pub(crate) fn new(redis: Redis) -> Self {
         Self {
             redis,
-            writer: OnceLock::new(),
+            batches: GroupCommit::new(MAX_BATCH),
+            writes: Arc::default(),
         }
     }
 
     /// Records that `owner` may hold `name` until `until_ms`; returns once it is stored.
+    /// Stored even if this caller goes away: an extra entry is harmless.
     pub(crate) async fn record(&self, owner: &str, name: &str, until_ms: i64) -> Result<()> {
-        let (done, answer) = oneshot::channel();
         let entry = Entry {
             owner: owner.to_owned(),
             name: name.to_owned(),
             until_ms,
-            done,
         };
-        let writer = self.writer.get_or_init(|| {
-            let (tx, rx) = mpsc::unbounded_channel();
-            // Ends when the store (the sender's only holder) is dropped.
-            tokio::spawn(write_batches(self.redis.clone(), rx));
-            tx
-        });
-        writer
-            .send(entry)
-            .map_err(|_| Error::Internal("owner index writer stopped".into()))?;
-        // Stored even if this caller goes away: an extra entry is harmless.
-        answer
+        let (redis, writes) = (self.redis.clone(), self.writes.clone());
+        self.batches
+            .submit((), vec![entry], move |(), batch| {
+                let (redis, writes) = (redis.clone(), writes.clone());
+                async move {
+                    redis.query_pipe(&pipeline(&redis, &batch, &writes)).await?;
+                    Ok(vec![(); batch.len()])
+                }
+            })
             .await
-            .unwrap_or_else(|_| Err(Error::Internal("owner index batch dropped".into())))
-    }
-}
-
-/// The writer task: takes what is waiting (at least one entry), writes it as one
-/// pipeline, answers, and repeats.
-async fn write_batches(redis: Redis, mut rx: mpsc::UnboundedReceiver<Entry>) {
-    let mut batch = Vec::new();
-    // Counts owner writes, to pick the ones that also prune.
-    let mut writes = 0u64;
-    while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        let result = redis
-            .query_pipe(&pipeline(&redis, &batch, &mut writes))
-            .await;
-        for entry in batch.drain(..) {
-            let _ = entry.done.send(result.clone());
-        }
+            .map(|_| ())
     }
 }
 
 /// Per owner in the batch: one `ZADD GT` of all its names (a later end never moves
 /// back), sometimes a trim of ended entries, and the set's expiry at its latest entry
 /// (`NX` sets a first one, `GT` only raises it).
-fn pipeline(redis: &Redis, batch: &[Entry], writes: &mut u64) -> redis::Pipeline {
+fn pipeline(redis: &Redis, batch: &[Entry], writes: &AtomicU64) -> redis::Pipeline {
     let mut owners: HashMap<&str, Vec<&Entry>> = HashMap::new();
     for entry in batch {
         owners.entry(&entry.owner).or_default().push(entry);
@@ -105,8 +91,8 @@ fn pipeline(redis: &Redis, batch: &[Entry], writes: &mut u64) -> redis::Pipeline
             zadd.arg(entry.until_ms).arg(&entry.name);
         }
         zadd.ignore();
-        *writes += 1;
-        if mix(*writes).is_multiple_of(PRUNE_EVERY) {
+        let write = writes.fetch_add(1, Ordering::Relaxed) + 1;
+        if mix(write).is_multiple_of(PRUNE_EVERY) {
             pipe.cmd("ZREMRANGEBYSCORE")
                 .arg(&key)
                 .arg("-inf")

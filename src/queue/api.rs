@@ -1,25 +1,24 @@
-//! `QueueApi` implements the generated `QueueService`: validate and convert the request,
-//! call `QueueStore` (or the `Scheduler`, for Subscribe), convert the answer.
+//! `QueueApi` implements the generated `QueueService`: each handler validates and
+//! converts the request, calls `QueueStore` (or the `Scheduler`, for Subscribe), and
+//! converts the answer. Deadlines, spans, error logging and heartbeats are `rpc`'s.
 
-use std::{pin::Pin, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
-use tokio_stream::{Stream, StreamExt};
+use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status};
 
 use super::{
-    scheduler::Scheduler,
-    subscribe::{SubscribeEvent, SubscribeSpec},
-    LeaseSpec, Nacked, NewTask, QueueStore, Schedule, Task, TaskState, DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_VISIBILITY, MAX_BATCH, MAX_DURATION, MAX_PAYLOAD_BYTES, MAX_TASKS,
+    scheduler::Scheduler, subscribe::SubscribeSpec, LeaseSpec, Nacked, NewTask, QueueStore,
+    Schedule, Task, TaskState, DEFAULT_MAX_ATTEMPTS, DEFAULT_VISIBILITY, MAX_BATCH, MAX_DURATION,
+    MAX_PAYLOAD_BYTES, MAX_TASKS,
 };
 use crate::{
-    deadline,
     error::{Error, Result},
-    lock::{new_token, MAX_WAIT},
+    limits::MAX_WAIT,
     pb::{self, queue_service_server::QueueService},
-    rpc::{self, record, reply, within},
-    shutdown::Shutdown,
-    time::{ms_from_timestamp, timestamp_from_ms},
+    rpc::{self, record, record_count, Bound, ResponseStream},
+    time::{ms_from_timestamp, now_ms, timestamp_from_ms},
+    token::new_token,
     validate::{self, DurationRule},
 };
 
@@ -45,44 +44,19 @@ pub struct QueueApi {
     store: QueueStore,
     /// Feeds the Subscribe streams.
     scheduler: Arc<Scheduler>,
-    shutdown: Shutdown,
+    /// `--stream-heartbeat`.
+    heartbeat: Duration,
 }
 
 impl QueueApi {
-    /// The service over `store`, with Subscribe streams fed by `scheduler`.
-    pub fn new(store: QueueStore, scheduler: Arc<Scheduler>, shutdown: Shutdown) -> Self {
+    /// The service over `store`, with Subscribe streams fed by `scheduler` and
+    /// heartbeats every `heartbeat`.
+    pub fn new(store: QueueStore, scheduler: Arc<Scheduler>, heartbeat: Duration) -> Self {
         Self {
             store,
             scheduler,
-            shutdown,
+            heartbeat,
         }
-    }
-
-    /// Runs the (maybe waiting) lease detached from the caller: deliveries that the
-    /// caller is no longer there to receive are given back at once (they count as
-    /// attempts, like any delivery that ends without an ack).
-    async fn lease_detached(
-        &self,
-        queue: String,
-        spec: LeaseSpec,
-        wait: Duration,
-        deadline: Option<tokio::time::Instant>,
-    ) -> Result<Vec<Task>> {
-        let store = self.store.clone();
-        let giver = self.store.clone();
-        let name = queue.clone();
-        rpc::detached(
-            &self.shutdown,
-            move |cancel| async move { store.lease_waiting(&queue, &spec, wait, deadline, &cancel).await },
-            move |tasks: Vec<Task>| async move {
-                for task in tasks.iter().filter(|task| !task.receipt.is_empty()) {
-                    if let Err(err) = giver.nack(&name, &task.receipt, Duration::ZERO).await {
-                        tracing::warn!(queue = name, cause = %err, "could not give back an unread delivery");
-                    }
-                }
-            },
-        )
-        .await
     }
 }
 
@@ -101,6 +75,14 @@ fn task_id(field: &'static str, at: usize, id: &str) -> Result<String> {
             }
             other => other,
         })
+}
+
+/// Every id of a `Cancel` or `Redrive`, like a task id.
+fn task_ids(ids: &[String]) -> Result<()> {
+    for (at, id) in ids.iter().enumerate() {
+        task_id("ids", at, id)?;
+    }
+    Ok(())
 }
 
 fn new_task(at: usize, spec: pb::TaskSpec) -> Result<NewTask> {
@@ -180,304 +162,233 @@ fn task_message(task: Task) -> pb::Task {
     }
 }
 
-type SubscribeStream = Pin<Box<dyn Stream<Item = Result<pb::SubscribeResponse, Status>> + Send>>;
-
 #[tonic::async_trait]
 impl QueueService for QueueApi {
-    #[tracing::instrument(level = "debug", name = "Enqueue", skip_all, fields(queue, count))]
     async fn enqueue(
         &self,
         request: Request<pb::EnqueueRequest>,
     ) -> Result<Response<pb::EnqueueResponse>, Status> {
-        let deadline = deadline::from_metadata(request.metadata());
-        let request = request.into_inner();
-        reply(
-            async {
-                let queue = queue_name(&request.queue)?;
-                if request.tasks.is_empty() || request.tasks.len() > MAX_BATCH {
-                    return Err(Error::invalid(
-                        "tasks",
-                        format!("must hold 1–{MAX_BATCH} tasks, got {}", request.tasks.len()),
-                    ));
-                }
-                tracing::Span::current().record("count", request.tasks.len());
-                let tasks = request
-                    .tasks
-                    .into_iter()
-                    .enumerate()
-                    .map(|(at, spec)| new_task(at, spec))
-                    .collect::<Result<Vec<_>>>()?;
-                let results = within(deadline, self.store.enqueue(queue, &tasks)).await?;
-                Ok(pb::EnqueueResponse {
-                    results: results
-                        .into_iter()
-                        .map(|r| pb::EnqueueResult {
-                            id: r.id,
-                            created: r.created,
-                            replaced: r.replaced,
-                            due_at: (r.due_at_ms > 0).then(|| timestamp_from_ms(r.due_at_ms)),
-                        })
-                        .collect(),
-                })
+        rpc::unary("Enqueue", Bound::Race, request, |_, r| async move {
+            let queue = queue_name(&r.queue)?;
+            if r.tasks.is_empty() || r.tasks.len() > MAX_BATCH {
+                return Err(Error::invalid(
+                    "tasks",
+                    format!("must hold 1–{MAX_BATCH} tasks, got {}", r.tasks.len()),
+                ));
             }
-            .await,
-        )
+            record_count(r.tasks.len());
+            let tasks = r
+                .tasks
+                .into_iter()
+                .enumerate()
+                .map(|(at, spec)| new_task(at, spec))
+                .collect::<Result<Vec<_>>>()?;
+            let results = self.store.enqueue(queue, &tasks).await?;
+            Ok(pb::EnqueueResponse {
+                results: results
+                    .into_iter()
+                    .map(|r| pb::EnqueueResult {
+                        id: r.id,
+                        created: r.created,
+                        replaced: r.replaced,
+                        due_at: (r.due_at_ms > 0).then(|| timestamp_from_ms(r.due_at_ms)),
+                    })
+                    .collect(),
+            })
+        })
+        .await
     }
 
-    #[tracing::instrument(level = "debug", name = "Lease", skip_all, fields(queue, count))]
     async fn lease(
         &self,
         request: Request<pb::LeaseRequest>,
     ) -> Result<Response<pb::LeaseResponse>, Status> {
-        let deadline = deadline::from_metadata(request.metadata());
-        let request = request.into_inner();
-        reply(
-            async {
-                let queue = queue_name(&request.queue)?.to_owned();
-                let spec = LeaseSpec {
-                    max_tasks: validate::count("max_tasks", request.max_tasks, 1, MAX_TASKS)?,
-                    visibility: validate::duration(
-                        "visibility",
-                        request.visibility.as_ref(),
-                        VISIBILITY,
-                    )?,
-                    auto_ack: request.auto_ack,
-                };
-                let wait = validate::duration("wait", request.wait.as_ref(), WAIT)?;
-                let tasks = self.lease_detached(queue, spec, wait, deadline).await?;
-                tracing::Span::current().record("count", tasks.len());
-                Ok(pb::LeaseResponse {
-                    tasks: tasks.into_iter().map(task_message).collect(),
-                })
-            }
-            .await,
-        )
+        rpc::unary("Lease", Bound::Own, request, |call, r| async move {
+            let queue = queue_name(&r.queue)?;
+            let spec = LeaseSpec {
+                max_tasks: validate::count("max_tasks", r.max_tasks, 1, MAX_TASKS)?,
+                visibility: validate::duration("visibility", r.visibility.as_ref(), VISIBILITY)?,
+                auto_ack: r.auto_ack,
+            };
+            let wait = validate::duration("wait", r.wait.as_ref(), WAIT)?;
+            let tasks = self.store.lease(queue, spec, wait, call.deadline).await?;
+            record_count(tasks.len());
+            Ok(pb::LeaseResponse {
+                tasks: tasks.into_iter().map(task_message).collect(),
+            })
+        })
+        .await
     }
 
-    #[tracing::instrument(level = "debug", name = "Ack", skip_all, fields(queue, count))]
     async fn ack(
         &self,
         request: Request<pb::AckRequest>,
     ) -> Result<Response<pb::AckResponse>, Status> {
-        let deadline = deadline::from_metadata(request.metadata());
-        let request = request.into_inner();
-        reply(
-            async {
-                let queue = queue_name(&request.queue)?;
-                if request.receipts.len() > MAX_BATCH {
-                    return Err(Error::invalid(
-                        "receipts",
-                        format!("at most {MAX_BATCH} per call"),
-                    ));
-                }
-                for receipt in &request.receipts {
-                    validate::token("receipts", receipt)?;
-                }
-                tracing::Span::current().record("count", request.receipts.len());
-                if request.receipts.is_empty() {
-                    return Ok(pb::AckResponse { acked: Vec::new() });
-                }
-                let acked = within(deadline, self.store.ack(queue, &request.receipts)).await?;
-                Ok(pb::AckResponse { acked })
+        rpc::unary("Ack", Bound::Race, request, |_, r| async move {
+            let queue = queue_name(&r.queue)?;
+            if r.receipts.len() > MAX_BATCH {
+                return Err(Error::invalid(
+                    "receipts",
+                    format!("at most {MAX_BATCH} per call"),
+                ));
             }
-            .await,
-        )
+            for receipt in &r.receipts {
+                validate::token("receipts", receipt)?;
+            }
+            record_count(r.receipts.len());
+            let acked = self.store.ack(queue, &r.receipts).await?;
+            Ok(pb::AckResponse { acked })
+        })
+        .await
     }
 
-    #[tracing::instrument(level = "debug", name = "Nack", skip_all, fields(queue))]
     async fn nack(
         &self,
         request: Request<pb::NackRequest>,
     ) -> Result<Response<pb::NackResponse>, Status> {
-        let deadline = deadline::from_metadata(request.metadata());
-        let request = request.into_inner();
-        reply(
-            async {
-                let queue = queue_name(&request.queue)?;
-                let receipt = validate::token("receipt", &request.receipt)?;
-                let delay = validate::duration("delay", request.delay.as_ref(), DELAY)?;
-                let nacked = within(deadline, self.store.nack(queue, receipt, delay)).await?;
-                Ok(pb::NackResponse {
-                    requeued: nacked == Nacked::Requeued,
-                    dead: nacked == Nacked::Dead,
-                })
-            }
-            .await,
-        )
+        rpc::unary("Nack", Bound::Race, request, |_, r| async move {
+            let queue = queue_name(&r.queue)?;
+            let receipt = validate::token("receipt", &r.receipt)?;
+            let delay = validate::duration("delay", r.delay.as_ref(), DELAY)?;
+            let nacked = self.store.nack(queue, receipt, delay).await?;
+            Ok(pb::NackResponse {
+                requeued: nacked == Nacked::Requeued,
+                dead: nacked == Nacked::Dead,
+            })
+        })
+        .await
     }
 
-    #[tracing::instrument(level = "debug", name = "ExtendLease", skip_all, fields(queue))]
     async fn extend_lease(
         &self,
         request: Request<pb::ExtendLeaseRequest>,
     ) -> Result<Response<pb::ExtendLeaseResponse>, Status> {
-        let deadline = deadline::from_metadata(request.metadata());
-        let request = request.into_inner();
-        reply(
-            async {
-                let queue = queue_name(&request.queue)?;
-                let receipt = validate::token("receipt", &request.receipt)?;
-                let visibility =
-                    validate::duration("visibility", request.visibility.as_ref(), VISIBILITY)?;
-                let until = within(
-                    deadline,
-                    self.store.extend_lease(queue, receipt, visibility),
-                )
-                .await?;
-                Ok(pb::ExtendLeaseResponse {
-                    extended: until.is_some(),
-                    lease_expires_at: until.map(timestamp_from_ms),
-                })
-            }
-            .await,
-        )
+        rpc::unary("ExtendLease", Bound::Race, request, |_, r| async move {
+            let queue = queue_name(&r.queue)?;
+            let receipt = validate::token("receipt", &r.receipt)?;
+            let visibility = validate::duration("visibility", r.visibility.as_ref(), VISIBILITY)?;
+            let until = self.store.extend_lease(queue, receipt, visibility).await?;
+            Ok(pb::ExtendLeaseResponse {
+                extended: until.is_some(),
+                lease_expires_at: until.map(timestamp_from_ms),
+            })
+        })
+        .await
     }
 
-    #[tracing::instrument(level = "debug", name = "Peek", skip_all, fields(queue, count))]
     async fn peek(
         &self,
         request: Request<pb::PeekRequest>,
     ) -> Result<Response<pb::PeekResponse>, Status> {
-        let deadline = deadline::from_metadata(request.metadata());
-        let request = request.into_inner();
-        reply(
-            async {
-                let queue = queue_name(&request.queue)?;
-                let state = match pb::TaskState::try_from(request.state) {
-                    Ok(pb::TaskState::Unspecified | pb::TaskState::Ready) => TaskState::Ready,
-                    Ok(pb::TaskState::Delayed) => TaskState::Delayed,
-                    Ok(pb::TaskState::InFlight) => TaskState::InFlight,
-                    Ok(pb::TaskState::Dead) => TaskState::Dead,
-                    Err(_) => {
-                        return Err(Error::invalid(
-                            "state",
-                            format!("unknown value {}", request.state),
-                        ))
-                    }
-                };
-                let limit = validate::count("limit", request.limit, 10, MAX_TASKS)?;
-                let tasks = within(deadline, self.store.peek(queue, state, limit)).await?;
-                Ok(pb::PeekResponse {
-                    tasks: tasks.into_iter().map(task_message).collect(),
-                })
-            }
-            .await,
-        )
+        rpc::unary("Peek", Bound::Race, request, |_, r| async move {
+            let queue = queue_name(&r.queue)?;
+            let state = match pb::TaskState::try_from(r.state) {
+                Ok(pb::TaskState::Unspecified | pb::TaskState::Ready) => TaskState::Ready,
+                Ok(pb::TaskState::Delayed) => TaskState::Delayed,
+                Ok(pb::TaskState::InFlight) => TaskState::InFlight,
+                Ok(pb::TaskState::Dead) => TaskState::Dead,
+                Err(_) => {
+                    return Err(Error::invalid(
+                        "state",
+                        format!("unknown value {}", r.state),
+                    ))
+                }
+            };
+            let limit = validate::count("limit", r.limit, 10, MAX_TASKS)?;
+            let tasks = self.store.peek(queue, state, limit).await?;
+            record_count(tasks.len());
+            Ok(pb::PeekResponse {
+                tasks: tasks.into_iter().map(task_message).collect(),
+            })
+        })
+        .await
     }
 
-    #[tracing::instrument(level = "debug", name = "Cancel", skip_all, fields(queue, count))]
     async fn cancel(
         &self,
         request: Request<pb::CancelRequest>,
     ) -> Result<Response<pb::CancelResponse>, Status> {
-        let deadline = deadline::from_metadata(request.metadata());
-        let request = request.into_inner();
-        reply(
-            async {
-                let queue = queue_name(&request.queue)?;
-                if request.ids.is_empty() || request.ids.len() > MAX_BATCH {
-                    return Err(Error::invalid(
-                        "ids",
-                        format!("must hold 1–{MAX_BATCH} ids"),
-                    ));
-                }
-                for (at, id) in request.ids.iter().enumerate() {
-                    task_id("ids", at, id)?;
-                }
-                let cancelled = within(deadline, self.store.cancel(queue, &request.ids)).await?;
-                Ok(pb::CancelResponse { cancelled })
+        rpc::unary("Cancel", Bound::Race, request, |_, r| async move {
+            let queue = queue_name(&r.queue)?;
+            if r.ids.is_empty() || r.ids.len() > MAX_BATCH {
+                return Err(Error::invalid(
+                    "ids",
+                    format!("must hold 1–{MAX_BATCH} ids"),
+                ));
             }
-            .await,
-        )
+            task_ids(&r.ids)?;
+            record_count(r.ids.len());
+            let cancelled = self.store.cancel(queue, &r.ids).await?;
+            Ok(pb::CancelResponse { cancelled })
+        })
+        .await
     }
 
-    #[tracing::instrument(level = "debug", name = "Redrive", skip_all, fields(queue))]
     async fn redrive(
         &self,
         request: Request<pb::RedriveRequest>,
     ) -> Result<Response<pb::RedriveResponse>, Status> {
-        let deadline = deadline::from_metadata(request.metadata());
-        let request = request.into_inner();
-        reply(
-            async {
-                let queue = queue_name(&request.queue)?;
-                if request.ids.len() > MAX_BATCH {
-                    return Err(Error::invalid("ids", format!("at most {MAX_BATCH} ids")));
-                }
-                for (at, id) in request.ids.iter().enumerate() {
-                    task_id("ids", at, id)?;
-                }
-                let redriven = within(deadline, self.store.redrive(queue, &request.ids)).await?;
-                Ok(pb::RedriveResponse { redriven })
+        rpc::unary("Redrive", Bound::Race, request, |_, r| async move {
+            let queue = queue_name(&r.queue)?;
+            if r.ids.len() > MAX_BATCH {
+                return Err(Error::invalid("ids", format!("at most {MAX_BATCH} ids")));
             }
-            .await,
-        )
+            task_ids(&r.ids)?;
+            let redriven = self.store.redrive(queue, &r.ids).await?;
+            Ok(pb::RedriveResponse { redriven })
+        })
+        .await
     }
 
-    #[tracing::instrument(level = "debug", name = "Stats", skip_all, fields(queue))]
     async fn stats(
         &self,
         request: Request<pb::StatsRequest>,
     ) -> Result<Response<pb::StatsResponse>, Status> {
-        let deadline = deadline::from_metadata(request.metadata());
-        let request = request.into_inner();
-        reply(
-            async {
-                let queue = queue_name(&request.queue)?;
-                let stats = within(deadline, self.store.stats(queue)).await?;
-                Ok(pb::StatsResponse {
-                    ready: stats.ready,
-                    delayed: stats.delayed,
-                    in_flight: stats.in_flight,
-                    dead: stats.dead,
-                    oldest_ready_at: stats.oldest_ready_at_ms.map(timestamp_from_ms),
-                    next_due_at: stats.next_due_at_ms.map(timestamp_from_ms),
-                })
-            }
-            .await,
-        )
+        rpc::unary("Stats", Bound::Race, request, |_, r| async move {
+            let queue = queue_name(&r.queue)?;
+            let stats = self.store.stats(queue).await?;
+            Ok(pb::StatsResponse {
+                ready: stats.ready,
+                delayed: stats.delayed,
+                in_flight: stats.in_flight,
+                dead: stats.dead,
+                oldest_ready_at: stats.oldest_ready_at_ms.map(timestamp_from_ms),
+                next_due_at: stats.next_due_at_ms.map(timestamp_from_ms),
+            })
+        })
+        .await
     }
 
-    type SubscribeStream = SubscribeStream;
+    type SubscribeStream = ResponseStream<pb::SubscribeResponse>;
 
-    #[tracing::instrument(level = "debug", name = "Subscribe", skip_all, fields(queue))]
     async fn subscribe(
         &self,
         request: Request<pb::SubscribeRequest>,
     ) -> Result<Response<Self::SubscribeStream>, Status> {
-        let request = request.into_inner();
-        let subscription = reply((|| {
-            let queue = queue_name(&request.queue)?;
-            let worker_id = validate::optional_id("worker_id", &request.worker_id)?;
+        rpc::stream("Subscribe", self.heartbeat, request, |_, r| {
+            let queue = queue_name(&r.queue)?;
+            let worker_id = validate::optional_id("worker_id", &r.worker_id)?;
             let spec = SubscribeSpec {
-                max_in_flight: validate::count(
-                    "max_in_flight",
-                    request.max_in_flight,
-                    1,
-                    MAX_TASKS,
-                )?,
-                visibility: validate::duration(
-                    "visibility",
-                    request.visibility.as_ref(),
-                    VISIBILITY,
-                )?,
+                max_in_flight: validate::count("max_in_flight", r.max_in_flight, 1, MAX_TASKS)?,
+                visibility: validate::duration("visibility", r.visibility.as_ref(), VISIBILITY)?,
                 worker_id: (!worker_id.is_empty()).then(|| worker_id.to_owned()),
             };
-            self.scheduler.subscribe(queue, spec)
-        })())?;
-        let stream = subscription.into_inner().map(|event| {
-            let event = match event.map_err(Status::from)? {
-                SubscribeEvent::Task(task) => {
-                    pb::subscribe_response::Event::Task(task_message(task))
-                }
-                SubscribeEvent::Heartbeat => {
-                    pb::subscribe_response::Event::Heartbeat(pb::Heartbeat {
-                        sent_at: Some(timestamp_from_ms(crate::time::now_ms())),
-                    })
-                }
-            };
-            Ok(pb::SubscribeResponse { event: Some(event) })
-        });
-        Ok(Response::new(Box::pin(stream)))
+            let deliveries = self.scheduler.subscribe(queue, spec)?;
+            Ok(deliveries.map(|task| {
+                task.map(|task| pb::SubscribeResponse {
+                    event: Some(pb::subscribe_response::Event::Task(task_message(task))),
+                })
+            }))
+        })
+    }
+}
+
+impl rpc::Heartbeat for pb::SubscribeResponse {
+    fn heartbeat() -> Self {
+        pb::SubscribeResponse {
+            event: Some(pb::subscribe_response::Event::Heartbeat(pb::Heartbeat {
+                sent_at: Some(timestamp_from_ms(now_ms())),
+            })),
+        }
     }
 }

@@ -22,15 +22,16 @@ use tokio::{
 use tracing::Instrument;
 
 use super::{
-    subscribe::{SubscribeSpec, Subscription},
+    subscribe::{LeaveOnDrop, SubscribeSpec, Subscription},
     Dispatched, QueueStore, StreamSlots, Task,
 };
 use crate::{
     error::{Error, Result},
     limits::Limits,
-    lock::{new_token, sleep_until_some},
     redis::events::EventSink,
     shutdown::Shutdown,
+    time::sleep_until_some,
+    token::new_token,
 };
 
 /// Backoff after a failed pass (Redis trouble): first, then doubling up to the last.
@@ -42,8 +43,6 @@ pub struct Scheduler {
     store: QueueStore,
     limits: Limits,
     shutdown: Shutdown,
-    /// `--stream-heartbeat`.
-    heartbeat: Duration,
     /// `--reattach-grace`.
     reattach_grace: Duration,
     registry: Mutex<Registry>,
@@ -100,20 +99,6 @@ struct Ended {
     keep: bool,
 }
 
-/// Removes its stream from the feed when the stream is dropped (client gone, stream
-/// ended): the feed then gives its deliveries back, or keeps them for a re-attach.
-pub struct LeaveGuard {
-    scheduler: Arc<Scheduler>,
-    feed: Arc<Feed>,
-    id: u64,
-}
-
-impl Drop for LeaveGuard {
-    fn drop(&mut self) {
-        self.scheduler.leave(&self.feed, self.id);
-    }
-}
-
 fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -149,14 +134,12 @@ impl Scheduler {
         store: QueueStore,
         limits: Limits,
         shutdown: Shutdown,
-        heartbeat: Duration,
         reattach_grace: Duration,
     ) -> Arc<Self> {
         Arc::new(Self {
             store,
             limits,
             shutdown,
-            heartbeat,
             reattach_grace,
             registry: Mutex::default(),
         })
@@ -213,12 +196,11 @@ impl Scheduler {
             (feed, id)
         };
         feed.wake.notify_one();
-        let guard = LeaveGuard {
-            scheduler: self.clone(),
-            feed,
-            id,
-        };
-        Ok(Subscription::new(rx, self.heartbeat, guard, permit))
+        // Dropping the stream (client gone, stream ended) leaves the feed, which then
+        // gives its deliveries back, or keeps them for a re-attach.
+        let scheduler = self.clone();
+        let leave = LeaveOnDrop::new(move || scheduler.leave(&feed, id));
+        Ok(Subscription::new(rx, leave, permit))
     }
 
     fn start_feed(self: &Arc<Self>, queue: &str) -> Arc<Feed> {

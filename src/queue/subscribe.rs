@@ -1,24 +1,21 @@
-//! One worker's Subscribe stream: the deliveries its feed (`scheduler.rs`) leases to
-//! it, with a heartbeat whenever nothing else was sent for `--stream-heartbeat`. The
-//! stream holds its `--max-streams` permit and its feed membership; dropping it (the
-//! client went away) makes the feed give its unacked deliveries back, or keep them
-//! for a re-attach when it named a worker_id. Domain events only: `api.rs` converts.
+//! One worker's Subscribe stream, as the scheduler hands it out: the deliveries its
+//! feed (`scheduler.rs`) leases to it, its `--max-streams` permit, and its feed
+//! membership. Dropping the stream (the client went away) leaves the feed, which then
+//! gives its unacked deliveries back, or keeps them for a re-attach when it named a
+//! worker_id. Knows nothing of the scheduler: the scheduler depends on this, not the
+//! other way round. Heartbeats are added by `rpc::stream`.
 
 use std::{
-    future::Future,
     pin::Pin,
     task::{Context, Poll},
     time::Duration,
 };
 
-use tokio::{
-    sync::{mpsc, OwnedSemaphorePermit},
-    time::{Instant, Sleep},
-};
+use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tokio_stream::Stream;
 
-use super::{scheduler::LeaveGuard, Task};
-use crate::error::{Error, Result};
+use super::Task;
+use crate::error::Result;
 
 /// How a Subscribe stream is to be served (validated).
 #[derive(Clone, Debug)]
@@ -31,72 +28,53 @@ pub struct SubscribeSpec {
     pub worker_id: Option<String>,
 }
 
-/// One event of a Subscribe stream.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SubscribeEvent {
-    /// A delivery, leased to this stream.
-    Task(Task),
-    /// Nothing else was sent within the heartbeat interval.
-    Heartbeat,
+/// Runs its action once, when dropped: how a stream leaves its feed.
+pub struct LeaveOnDrop(Option<Box<dyn FnOnce() + Send + Sync>>);
+
+impl LeaveOnDrop {
+    /// Runs `leave` when this is dropped.
+    pub fn new(leave: impl FnOnce() + Send + Sync + 'static) -> Self {
+        Self(Some(Box::new(leave)))
+    }
 }
 
-/// The stream of one subscriber. Ends after an error (shutdown: UNAVAILABLE).
+impl Drop for LeaveOnDrop {
+    fn drop(&mut self) {
+        if let Some(leave) = self.0.take() {
+            leave();
+        }
+    }
+}
+
+/// The deliveries of one subscriber. Ends after an error (shutdown: UNAVAILABLE).
 pub struct Subscription {
     /// Deliveries from the feed, or the error that ends the stream.
     rx: mpsc::UnboundedReceiver<Result<Task>>,
-    heartbeat: Duration,
-    /// When the next heartbeat is due; pushed back by every message sent.
-    beat: Pin<Box<Sleep>>,
-    done: bool,
     /// Leaves the feed when the stream is dropped.
-    _guard: LeaveGuard,
+    _leave: LeaveOnDrop,
     /// This stream's place under `--max-streams`.
     _permit: OwnedSemaphorePermit,
 }
 
 impl Subscription {
-    pub(super) fn new(
+    /// The stream of `rx`, holding its feed membership and its permit.
+    pub fn new(
         rx: mpsc::UnboundedReceiver<Result<Task>>,
-        heartbeat: Duration,
-        guard: LeaveGuard,
+        leave: LeaveOnDrop,
         permit: OwnedSemaphorePermit,
     ) -> Self {
         Self {
             rx,
-            heartbeat,
-            beat: Box::pin(tokio::time::sleep(heartbeat)),
-            done: false,
-            _guard: guard,
+            _leave: leave,
             _permit: permit,
         }
     }
 }
 
 impl Stream for Subscription {
-    type Item = Result<SubscribeEvent, Error>;
+    type Item = Result<Task>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = &mut *self;
-        if this.done {
-            return Poll::Ready(None);
-        }
-        let event = match this.rx.poll_recv(cx) {
-            Poll::Ready(Some(Ok(task))) => Ok(SubscribeEvent::Task(task)),
-            Poll::Ready(Some(Err(err))) => {
-                this.done = true;
-                return Poll::Ready(Some(Err(err)));
-            }
-            Poll::Ready(None) => {
-                this.done = true;
-                return Poll::Ready(None);
-            }
-            Poll::Pending => match this.beat.as_mut().poll(cx) {
-                Poll::Ready(()) => Ok(SubscribeEvent::Heartbeat),
-                Poll::Pending => return Poll::Pending,
-            },
-        };
-        let at = Instant::now() + this.heartbeat;
-        this.beat.as_mut().reset(at);
-        Poll::Ready(Some(event))
+        self.rx.poll_recv(cx)
     }
 }

@@ -9,9 +9,11 @@
 //! made (a lock's give-back can never overtake its acquire). bb8 makes, checks and
 //! replaces the sockets; a socket that failed is handed back and a fresh one taken.
 
+pub mod batch;
 pub mod embedded;
 pub mod events;
 pub mod keys;
+pub mod reply;
 pub mod script;
 
 use std::{

@@ -20,6 +20,15 @@ impl Script {
         }
     }
 
+    /// A script named `name` whose source is `prelude` (the helpers its family of
+    /// scripts shares) followed by `body`: still one script, one atomic EVALSHA.
+    pub fn with_prelude(name: &'static str, prelude: &str, body: &str) -> Self {
+        Self {
+            name,
+            inner: redis::Script::new(&format!("{prelude}{body}")),
+        }
+    }
+
     /// Starts an invocation with its first key.
     pub fn key(&self, key: impl redis::ToRedisArgs) -> redis::ScriptInvocation<'_> {
         self.inner.key(key)

@@ -11,7 +11,7 @@ use tokio::{
 };
 use tonic::transport::Channel;
 
-use crate::redis::embedded::{Bind, EmbeddedOptions, EmbeddedRedis};
+use turnstile::redis::embedded::{Bind, EmbeddedOptions, EmbeddedRedis};
 
 /// The servers under test.
 pub struct Target {

@@ -13,7 +13,7 @@ use clap::Args;
 use tokio_stream::Stream;
 use tonic::{transport::Server, Request, Response, Status};
 
-use crate::{
+use turnstile::{
     config::LogFormat,
     pb::{self, lock_service_server::LockService, lock_service_server::LockServiceServer},
     time::{now_ms, timestamp_from_ms},
@@ -39,7 +39,7 @@ pub async fn serve(args: NoopArgs) -> Result<(), String> {
     tracing::info!(%addr, "ready");
     Server::builder()
         .add_service(LockServiceServer::new(NoopLocks::default()))
-        .serve_with_incoming(crate::server::incoming(listener))
+        .serve_with_incoming(turnstile::server::incoming(listener))
         .await
         .map_err(|err| format!("server failed: {err}"))
 }

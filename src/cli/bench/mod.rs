@@ -16,9 +16,9 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
-use crate::config::parse_duration;
 use report::Report;
 use target::Target;
+use turnstile::config::parse_duration;
 
 /// A failed RPC as one line.
 fn failed(status: tonic::Status) -> String {

@@ -14,7 +14,7 @@ use super::{
     sample::Progress,
     target::Target,
 };
-use crate::pb::{
+use turnstile::pb::{
     lock_service_client::LockServiceClient, queue_service_client::QueueServiceClient,
     AcquireRequest, ReleaseRequest, SubscribeRequest,
 };

@@ -20,9 +20,9 @@ use super::{
     sample::{drive, Latency, Progress},
     target::Target,
 };
-use crate::{
+use turnstile::{
     limits::Limits,
-    lock::{AcquireOutcome, AcquireSpec, LockStore, Stop},
+    lock::{AcquireOutcome, AcquireSpec, LockStore},
     pb::{lock_service_client::LockServiceClient, AcquireRequest, ReleaseRequest},
     redis::{Keys, Redis},
     shutdown::Shutdown,
@@ -164,14 +164,7 @@ async fn redis_floor(url: &str, clients: usize, duration: Duration) -> Result<f6
                 wait: Duration::ZERO,
                 request_id: String::new(),
             };
-            let stop = Stop {
-                deadline: None,
-                cancel: CancellationToken::new(),
-            };
-            let outcome = store
-                .acquire(&spec, &stop)
-                .await
-                .map_err(|e| e.to_string())?;
+            let outcome = store.acquire(spec, None).await.map_err(|e| e.to_string())?;
             let AcquireOutcome::Acquired(lease) = outcome else {
                 return Err(format!("{name} was not free"));
             };

@@ -23,14 +23,15 @@ use super::{
     sample::{Latency, Progress},
     target::Target,
 };
-use crate::{
-    lock::new_token,
+use turnstile::{
     pb::{
         queue_service_client::QueueServiceClient, subscribe_response::Event, task_spec, AckRequest,
         EnqueueRequest, SubscribeRequest, TaskSpec,
     },
     queue::{NewTask, QueueStore, Schedule, StreamSlots},
     redis::{Keys, Redis},
+    shutdown::Shutdown,
+    token::new_token,
 };
 
 type Queues = QueueServiceClient<Channel>;
@@ -129,7 +130,7 @@ async fn subscribers(
     batched: bool,
     acked: Arc<AtomicU64>,
     stop: CancellationToken,
-    latency: impl Fn(&crate::pb::Task) -> Option<Duration> + Clone + Send + Sync + 'static,
+    latency: impl Fn(&turnstile::pb::Task) -> Option<Duration> + Clone + Send + Sync + 'static,
 ) -> Result<JoinSet<Latency>, String> {
     let mut set = JoinSet::new();
     for k in 0..count {
@@ -277,7 +278,7 @@ pub async fn queue(target: &Target, duration: Duration, batched: bool) -> Result
 async fn queue_floor(url: &str, duration: Duration) -> Result<(f64, f64), String> {
     let redis = Redis::new(url, Duration::from_secs(2), Keys::new("turnstile"))
         .map_err(|err| err.to_string())?;
-    let store = QueueStore::new(redis);
+    let store = QueueStore::new(redis, Shutdown::new());
     let queue = format!("bench:queue_floor:{}", new_token());
     let (progress, _shown) = Progress::show("queue (redis floor)".into());
     let enqueued = Arc::new(AtomicI64::new(0));
@@ -306,7 +307,7 @@ async fn queue_floor(url: &str, duration: Duration) -> Result<(f64, f64), String
                         payload: Bytes::from_static(&[0; 8]),
                         schedule: Schedule::Now,
                         replace: false,
-                        max_attempts: crate::queue::DEFAULT_MAX_ATTEMPTS,
+                        max_attempts: turnstile::queue::DEFAULT_MAX_ATTEMPTS,
                         dedupe_window: Duration::ZERO,
                         fresh_id: true,
                     })
@@ -434,7 +435,7 @@ pub async fn delayed(target: &Target) -> Result<Report, String> {
             let due_us = task
                 .due_at
                 .as_ref()
-                .map_or(0, crate::time::ms_from_timestamp)
+                .map_or(0, turnstile::time::ms_from_timestamp)
                 * 1000;
             let late = unix_us() - due_us;
             if late < 0 {
@@ -450,9 +451,9 @@ pub async fn delayed(target: &Target) -> Result<Report, String> {
     for batch in 0..4 {
         let tasks = (batch * TASKS / 4..(batch + 1) * TASKS / 4)
             .map(|i| TaskSpec {
-                schedule: Some(task_spec::Schedule::DueAt(crate::time::timestamp_from_ms(
-                    base_ms + i * SPREAD_MS / TASKS,
-                ))),
+                schedule: Some(task_spec::Schedule::DueAt(
+                    turnstile::time::timestamp_from_ms(base_ms + i * SPREAD_MS / TASKS),
+                )),
                 ..TaskSpec::default()
             })
             .collect();

@@ -1,0 +1,193 @@
+//! What the queue store takes and answers: validated inputs (`NewTask`, `LeaseSpec`,
+//! `StreamSlots`) and outcomes (`Task`, `Enqueued`, `Nacked`, `Stats`, …). Plain data:
+//! no proto type and no Redis type appears here.
+
+use std::time::Duration;
+
+use prost::bytes::Bytes;
+
+use crate::error::{Error, Result};
+
+/// A task's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskState {
+    /// Due later.
+    Delayed,
+    /// Due now.
+    Ready,
+    /// Leased to a worker.
+    InFlight,
+    /// Out of attempts.
+    Dead,
+}
+
+impl TaskState {
+    /// The state as the scripts spell it.
+    pub(super) fn as_script_arg(self) -> &'static str {
+        match self {
+            TaskState::Delayed => "delayed",
+            TaskState::Ready => "ready",
+            TaskState::InFlight => "in_flight",
+            TaskState::Dead => "dead",
+        }
+    }
+
+    /// A state as the scripts spell it.
+    pub(super) fn from_script(text: &[u8]) -> Result<Self> {
+        Ok(match text {
+            b"delayed" => TaskState::Delayed,
+            b"ready" => TaskState::Ready,
+            b"in_flight" => TaskState::InFlight,
+            b"dead" => TaskState::Dead,
+            other => {
+                return Err(Error::Internal(format!(
+                    "unknown task state {:?}",
+                    String::from_utf8_lossy(other)
+                )))
+            }
+        })
+    }
+}
+
+/// When a new task falls due.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Schedule {
+    /// Now.
+    Now,
+    /// This long from now (Redis clock).
+    Delay(Duration),
+    /// At this Unix ms (a past one is READY at once, ordered by that time).
+    At(i64),
+}
+
+/// One task to enqueue (validated).
+#[derive(Clone, Debug)]
+pub struct NewTask {
+    /// The id (the API fills in a random one when the client gave none).
+    pub id: String,
+    /// The bytes.
+    pub payload: Bytes,
+    /// When it falls due.
+    pub schedule: Schedule,
+    /// Replace a DELAYED, READY or DEAD task of the same id (else keep it).
+    pub replace: bool,
+    /// Deliveries before it goes DEAD.
+    pub max_attempts: u32,
+    /// How long the id stays reserved after ack or cancel.
+    pub dedupe_window: Duration,
+    /// The id is 128 random bits the server just made, so no task holds it: the
+    /// script skips the duplicate lookup.
+    pub fresh_id: bool,
+}
+
+/// What `Enqueue` did with one task.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Enqueued {
+    /// The task id.
+    pub id: String,
+    /// A new task was stored.
+    pub created: bool,
+    /// An existing task was replaced.
+    pub replaced: bool,
+    /// When the stored task is due (Unix ms; 0 when nothing is stored under the id).
+    pub due_at_ms: i64,
+}
+
+/// A task as the scripts report it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Task {
+    /// The id.
+    pub id: String,
+    /// The bytes.
+    pub payload: Bytes,
+    /// Its state now.
+    pub state: TaskState,
+    /// When it is (or was) due, Unix ms.
+    pub due_at_ms: i64,
+    /// When it was enqueued, Unix ms.
+    pub enqueued_at_ms: i64,
+    /// The delivery number (0 before the first).
+    pub attempt: u32,
+    /// The effective maximum.
+    pub max_attempts: u32,
+    /// The receipt of this delivery ('' when not a delivery).
+    pub receipt: String,
+    /// When this delivery's lease ends, Unix ms (0 when not leased).
+    pub lease_expires_at_ms: i64,
+}
+
+/// How a `Lease` call is to be served.
+#[derive(Clone, Debug)]
+pub struct LeaseSpec {
+    /// At most this many tasks.
+    pub max_tasks: u32,
+    /// Lease length.
+    pub visibility: Duration,
+    /// Remove at once (at most once).
+    pub auto_ack: bool,
+}
+
+/// What one `lease` script call returned.
+#[derive(Clone, Debug)]
+pub struct Leased {
+    /// The tasks taken.
+    pub tasks: Vec<Task>,
+    /// The next instant (Unix ms) a task falls due or a lease ends, if any.
+    pub next_due_ms: Option<i64>,
+}
+
+/// One Subscribe stream as the dispatch script sees it.
+#[derive(Clone, Debug)]
+pub struct StreamSlots {
+    /// The tag its deliveries are indexed by (`w:<worker_id>` or `s:<session>`).
+    pub tag: String,
+    /// This stream's session: a newer stream of the same worker takes its tasks over.
+    pub session: String,
+    /// Most unacked deliveries.
+    pub max_in_flight: u32,
+    /// Lease length.
+    pub visibility: Duration,
+}
+
+/// What one `dispatch` script call did.
+#[derive(Clone, Debug)]
+pub struct Dispatched {
+    /// Redis' clock when it ran (Unix ms): timers count from here, not our clock.
+    pub now_ms: i64,
+    /// The earliest due time left in pending (may be <= now when slots ran out).
+    pub next_pending_ms: Option<i64>,
+    /// The earliest lease end.
+    pub next_lease_end_ms: Option<i64>,
+    /// Each stream's deliveries held after the call, in the order given.
+    pub held: Vec<u32>,
+    /// The deliveries: index of the stream (in the order given) and the task.
+    pub tasks: Vec<(usize, Task)>,
+}
+
+/// How `Nack` ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Nacked {
+    /// Stale receipt: nothing changed.
+    Stale,
+    /// Due again.
+    Requeued,
+    /// Out of attempts: DEAD.
+    Dead,
+}
+
+/// Queue depths.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stats {
+    /// READY tasks.
+    pub ready: u64,
+    /// DELAYED tasks.
+    pub delayed: u64,
+    /// IN_FLIGHT tasks.
+    pub in_flight: u64,
+    /// DEAD tasks.
+    pub dead: u64,
+    /// Due time of the oldest READY task.
+    pub oldest_ready_at_ms: Option<i64>,
+    /// Due time of the next DELAYED task.
+    pub next_due_at_ms: Option<i64>,
+}

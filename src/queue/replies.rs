@@ -1,0 +1,161 @@
+//! The queue scripts' replies into model values, in one place. A task travels as a
+//! row of 9 values, written by `push_row()`/`push_fields()` in `prelude.lua` and read
+//! by [`task_rows`] here; nothing else knows the row's layout.
+
+use prost::bytes::Bytes;
+use redis::Value;
+
+use super::model::{Dispatched, Enqueued, Leased, NewTask, Stats, Task, TaskState};
+use crate::{
+    error::{Error, Result},
+    redis::reply::{bytes, int, optional_int, string},
+};
+
+/// Values per task row: id, payload, state, due, enq, att, max, receipt, lease end.
+const ROW: usize = 9;
+
+/// Rows of [`ROW`] values each.
+pub(super) fn task_rows(values: &[Value]) -> Result<Vec<Task>> {
+    if !values.len().is_multiple_of(ROW) {
+        return Err(Error::Internal(format!(
+            "task rows of {} values",
+            values.len()
+        )));
+    }
+    values.chunks(ROW).map(task_row).collect()
+}
+
+fn task_row(r: &[Value]) -> Result<Task> {
+    Ok(Task {
+        id: string(r, 0)?,
+        payload: Bytes::from(bytes(r, 1)?),
+        state: TaskState::from_script(&bytes(r, 2)?)?,
+        due_at_ms: int(r, 3)?,
+        enqueued_at_ms: int(r, 4)?,
+        attempt: int(r, 5)? as u32,
+        max_attempts: int(r, 6)? as u32,
+        receipt: string(r, 7)?,
+        lease_expires_at_ms: int(r, 8)?,
+    })
+}
+
+/// `enqueue.lua`: 3 values per task (created, replaced, due), in the batch's order.
+pub(super) fn enqueued(tasks: &[NewTask], reply: &[i64]) -> Result<Vec<Enqueued>> {
+    if reply.len() != tasks.len() * 3 {
+        return Err(Error::Internal(format!(
+            "enqueue replied {} values for {} tasks",
+            reply.len(),
+            tasks.len()
+        )));
+    }
+    Ok(tasks
+        .iter()
+        .zip(reply.chunks(3))
+        .map(|(task, r)| Enqueued {
+            id: task.id.clone(),
+            created: r[0] == 1,
+            replaced: r[1] == 1,
+            due_at_ms: r[2],
+        })
+        .collect())
+}
+
+/// `lease.lua`: the next due instant (-1: none), then task rows.
+pub(super) fn leased(reply: &[Value]) -> Result<Leased> {
+    Ok(Leased {
+        next_due_ms: optional_int(reply, 0)?,
+        tasks: task_rows(reply.get(1..).unwrap_or_default())?,
+    })
+}
+
+/// `dispatch.lua`: now, next pending, next lease end, each stream's held count, then
+/// per task the stream's 1-based index and its row.
+pub(super) fn dispatched(reply: &[Value], streams: usize) -> Result<Dispatched> {
+    let head = 3 + streams;
+    if reply.len() < head || !(reply.len() - head).is_multiple_of(ROW + 1) {
+        return Err(Error::Internal(format!(
+            "dispatch replied {} values for {streams} streams",
+            reply.len()
+        )));
+    }
+    let mut tasks = Vec::with_capacity((reply.len() - head) / (ROW + 1));
+    for chunk in reply[head..].chunks(ROW + 1) {
+        let stream = int(chunk, 0)? as usize;
+        if stream == 0 || stream > streams {
+            return Err(Error::Internal(format!("dispatch named stream {stream}")));
+        }
+        tasks.push((stream - 1, task_row(&chunk[1..])?));
+    }
+    Ok(Dispatched {
+        now_ms: int(reply, 0)?,
+        next_pending_ms: optional_int(reply, 1)?,
+        next_lease_end_ms: optional_int(reply, 2)?,
+        held: (3..head)
+            .map(|at| int(reply, at).map(|n| n as u32))
+            .collect::<Result<_>>()?,
+        tasks,
+    })
+}
+
+/// `stats.lua`: ready, delayed, in flight, dead, oldest ready (-1), next due (-1).
+pub(super) fn stats(r: &[i64]) -> Result<Stats> {
+    if r.len() != 6 {
+        return Err(Error::Internal(format!("stats replied {} values", r.len())));
+    }
+    Ok(Stats {
+        ready: r[0] as u64,
+        delayed: r[1] as u64,
+        in_flight: r[2] as u64,
+        dead: r[3] as u64,
+        oldest_ready_at_ms: (r[4] >= 0).then_some(r[4]),
+        next_due_at_ms: (r[5] >= 0).then_some(r[5]),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(id: &str, state: &str) -> Vec<Value> {
+        let text = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        vec![
+            text(id),
+            text("payload"),
+            text(state),
+            Value::Int(10),
+            Value::Int(5),
+            Value::Int(1),
+            Value::Int(25),
+            text("r:1"),
+            Value::Int(99),
+        ]
+    }
+
+    #[test]
+    fn a_dispatch_reply_names_each_task_s_stream_and_each_stream_s_count() {
+        let mut reply = vec![Value::Int(7), Value::Int(-1), Value::Int(99)];
+        reply.extend([Value::Int(1), Value::Int(0)]);
+        reply.push(Value::Int(1));
+        reply.extend(row("a", "in_flight"));
+        let got = dispatched(&reply, 2).unwrap();
+        assert_eq!(got.now_ms, 7);
+        assert_eq!(got.next_pending_ms, None);
+        assert_eq!(got.next_lease_end_ms, Some(99));
+        assert_eq!(got.held, vec![1, 0]);
+        assert_eq!(got.tasks.len(), 1);
+        assert_eq!(got.tasks[0].0, 0);
+        assert_eq!(got.tasks[0].1.state, TaskState::InFlight);
+        assert_eq!(got.tasks[0].1.lease_expires_at_ms, 99);
+        reply[3 + 2] = Value::Int(3);
+        assert!(dispatched(&reply, 2).is_err(), "stream 3 of 2");
+    }
+
+    #[test]
+    fn rows_of_the_wrong_length_or_state_are_internal() {
+        let mut values = row("a", "ready");
+        assert_eq!(task_rows(&values).unwrap()[0].id, "a");
+        values.pop();
+        assert!(task_rows(&values).is_err());
+        assert!(task_rows(&row("a", "sleeping")).is_err());
+    }
+}

@@ -1,0 +1,189 @@
+//! The queue store's script calls: each method builds one script call (keys, then its
+//! arguments in the order the script's header gives), runs it, and decodes the reply
+//! through `replies`. No waiting and no batching here: `long_poll.rs` and `acks.rs`
+//! build on these.
+
+use std::time::Duration;
+
+use super::{
+    model::{
+        Dispatched, Enqueued, LeaseSpec, Leased, Nacked, NewTask, Schedule, Stats, StreamSlots,
+        Task, TaskState,
+    },
+    replies,
+    scripts::call,
+    QueueStore, REPLY_BUDGET_BYTES,
+};
+use crate::{error::Result, token::new_token};
+
+impl QueueStore {
+    /// Adds a batch atomically; one result per task, in order.
+    pub async fn enqueue(&self, queue: &str, tasks: &[NewTask]) -> Result<Vec<Enqueued>> {
+        let keys = self.keys(queue);
+        let mut call = call(&self.scripts.enqueue, &keys);
+        call.arg(self.redis.keys.queue_changed_channel())
+            .arg(keys.pending());
+        for task in tasks {
+            let (kind, value) = match task.schedule {
+                Schedule::Now => ("n", 0),
+                Schedule::Delay(delay) => ("d", delay.as_millis() as i64),
+                Schedule::At(ms) => ("a", ms),
+            };
+            call.arg(&task.id)
+                .arg(task.payload.as_ref())
+                .arg(kind)
+                .arg(value)
+                .arg(match (task.fresh_id, task.replace) {
+                    (true, _) => "u",
+                    (false, true) => "r",
+                    (false, false) => "k",
+                })
+                .arg(task.max_attempts)
+                .arg(task.dedupe_window.as_millis() as u64);
+        }
+        let reply: Vec<i64> = self.redis.invoke(&call).await?;
+        replies::enqueued(tasks, &reply)
+    }
+
+    /// One attempt to take READY tasks (no waiting, no give-back: see `lease`).
+    pub(super) async fn lease_once(&self, queue: &str, spec: &LeaseSpec) -> Result<Leased> {
+        let keys = self.keys(queue);
+        let mut call = call(&self.scripts.lease, &keys);
+        call.arg(spec.max_tasks)
+            .arg(spec.visibility.as_millis() as u64)
+            .arg(if spec.auto_ack { "1" } else { "0" })
+            .arg(REPLY_BUDGET_BYTES)
+            .arg(new_token());
+        let reply: Vec<redis::Value> = self.redis.invoke(&call).await?;
+        replies::leased(&reply)
+    }
+
+    /// Leases READY tasks round-robin to Subscribe streams with free slots.
+    pub async fn dispatch(&self, queue: &str, streams: &[StreamSlots]) -> Result<Dispatched> {
+        let keys = self.keys(queue);
+        let mut call = call(&self.scripts.dispatch, &keys);
+        call.arg(new_token()).arg(REPLY_BUDGET_BYTES);
+        for stream in streams {
+            call.arg(&stream.tag)
+                .arg(&stream.session)
+                .arg(stream.max_in_flight)
+                .arg(stream.visibility.as_millis() as u64);
+        }
+        let reply: Vec<redis::Value> = self.redis.invoke(&call).await?;
+        replies::dispatched(&reply, streams.len())
+    }
+
+    /// A re-subscribed worker takes over its live deliveries (same receipts), leased
+    /// to `stream` for its visibility from now.
+    pub async fn attach(&self, queue: &str, stream: &StreamSlots) -> Result<Vec<Task>> {
+        let keys = self.keys(queue);
+        let mut call = call(&self.scripts.attach, &keys);
+        call.arg(&stream.tag)
+            .arg(&stream.session)
+            .arg(stream.visibility.as_millis() as u64);
+        let reply: Vec<redis::Value> = self.redis.invoke(&call).await?;
+        replies::task_rows(&reply)
+    }
+
+    /// Ended streams' deliveries go back now (`grace` zero) or stay leased to their
+    /// tag for `grace`; (given back, kept).
+    pub async fn detach(
+        &self,
+        queue: &str,
+        streams: &[(String, String)],
+        grace: Duration,
+    ) -> Result<(u64, u64)> {
+        let keys = self.keys(queue);
+        let mut call = call(&self.scripts.detach, &keys);
+        call.arg(self.redis.keys.queue_changed_channel())
+            .arg(keys.pending())
+            .arg(grace.as_millis() as u64);
+        for (tag, session) in streams {
+            call.arg(tag).arg(session);
+        }
+        self.redis.invoke(&call).await
+    }
+
+    /// One `ack.lua` run: finishes deliveries, one flag per receipt.
+    pub(super) async fn ack_script(&self, queue: &str, receipts: &[String]) -> Result<Vec<bool>> {
+        let keys = self.keys(queue);
+        let mut call = call(&self.scripts.ack, &keys);
+        call.arg(self.redis.keys.slot_freed_channel());
+        for receipt in receipts {
+            call.arg(receipt);
+        }
+        let reply: Vec<i64> = self.redis.invoke(&call).await?;
+        Ok(reply.into_iter().map(|n| n == 1).collect())
+    }
+
+    /// Gives a delivery back, due at now + `delay` (or DEAD on its last attempt).
+    pub async fn nack(&self, queue: &str, receipt: &str, delay: Duration) -> Result<Nacked> {
+        let keys = self.keys(queue);
+        let mut call = call(&self.scripts.nack, &keys);
+        call.arg(receipt)
+            .arg(delay.as_millis() as u64)
+            .arg(self.redis.keys.queue_changed_channel())
+            .arg(keys.pending())
+            .arg(self.redis.keys.slot_freed_channel());
+        let (requeued, dead): (i64, i64) = self.redis.invoke(&call).await?;
+        Ok(match (requeued, dead) {
+            (1, _) => Nacked::Requeued,
+            (_, 1) => Nacked::Dead,
+            _ => Nacked::Stale,
+        })
+    }
+
+    /// Pushes a live delivery's lease end to now + `visibility`; the new end.
+    pub async fn extend_lease(
+        &self,
+        queue: &str,
+        receipt: &str,
+        visibility: Duration,
+    ) -> Result<Option<i64>> {
+        let keys = self.keys(queue);
+        let mut call = call(&self.scripts.extend_lease, &keys);
+        call.arg(receipt).arg(visibility.as_millis() as u64);
+        let reply: Vec<i64> = self.redis.invoke(&call).await?;
+        Ok((reply.first() == Some(&1)).then(|| reply.get(1).copied().unwrap_or(0)))
+    }
+
+    /// Tasks of one state, in delivery order, without receipts.
+    pub async fn peek(&self, queue: &str, state: TaskState, limit: u32) -> Result<Vec<Task>> {
+        let keys = self.keys(queue);
+        let mut call = call(&self.scripts.peek, &keys);
+        call.arg(state.as_script_arg())
+            .arg(limit)
+            .arg(REPLY_BUDGET_BYTES);
+        let reply: Vec<redis::Value> = self.redis.invoke(&call).await?;
+        replies::task_rows(&reply)
+    }
+
+    /// Removes tasks that are not in flight; the ids removed.
+    pub async fn cancel(&self, queue: &str, ids: &[String]) -> Result<Vec<String>> {
+        let keys = self.keys(queue);
+        let mut call = call(&self.scripts.cancel, &keys);
+        for id in ids {
+            call.arg(id);
+        }
+        self.redis.invoke(&call).await
+    }
+
+    /// Moves DEAD tasks (all when `ids` is empty) back to READY; how many.
+    pub async fn redrive(&self, queue: &str, ids: &[String]) -> Result<u64> {
+        let keys = self.keys(queue);
+        let mut call = call(&self.scripts.redrive, &keys);
+        call.arg(self.redis.keys.queue_changed_channel())
+            .arg(keys.pending());
+        for id in ids {
+            call.arg(id);
+        }
+        self.redis.invoke(&call).await
+    }
+
+    /// Queue depths.
+    pub async fn stats(&self, queue: &str) -> Result<Stats> {
+        let keys = self.keys(queue);
+        let reply: Vec<i64> = self.redis.invoke(&call(&self.scripts.stats, &keys)).await?;
+        replies::stats(&reply)
+    }
+}
