@@ -1,5 +1,5 @@
-//! `GET /metrics` in the Prometheus text format on `--metrics-listen`: open streams,
-//! waiting calls and whether Redis answers. A tiny HTTP/1.1 responder, since a scrape is
+//! `GET /metrics` in the Prometheus text format on `--metrics-listen`: open streams and
+//! waiting calls (both gauges). A tiny HTTP/1.1 responder, since a scrape is
 //! one request on a fresh connection and an HTTP framework would cost more to build
 //! than the whole endpoint.
 

@@ -17,7 +17,7 @@ for n, id in ipairs(ids) do
   local raw = raws[n]
   out[n] = 0
   if raw and not done[id] then
-    local seq, _, _, _, _, dd, _, lexp, st, rcpt, w = struct.unpack(META, raw)
+    local seq, _, _, _, _, dd, _, lexp, st, rcpt, w = meta_fields(raw)
     if live_fields(st, rcpt, lexp, ARGV[n + 1], now) then
       done[id] = true
       ends.unlease_fields(id, seq, w)

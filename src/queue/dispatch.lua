@@ -50,12 +50,12 @@ for n, id in ipairs(ids) do
     stream.free = stream.free - 1
     stream.held = stream.held + 1
     -- take() and lease_out() on the unpacked fields (the old lease's are replaced).
-    local seq, due_at, enq, att, max, dd, size = struct.unpack(META, raw)
+    local seq, due_at, enq, att, max, dd, size = meta_fields(raw)
     att = att + 1
     local rcpt = receipt_of(ARGV[1], id)
     nw = nw + 2
     writes[nw - 1] = id
-    writes[nw] = struct.pack(META, seq, due_at, enq, att, max, dd, size, stream.lexp, 'f',
+    writes[nw] = pack_fields(seq, due_at, enq, att, max, dd, size, stream.lexp, 'f',
       rcpt, stream.tag, stream.session)
     leases[nw - 1] = stream.lexp_score
     leases[nw] = due[n]

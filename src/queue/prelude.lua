@@ -28,10 +28,31 @@ end
 -- none), st ('p' pending, 'f' in flight, 'd' dead), rcpt (receipt), w (the Subscribe
 -- tag it is leased to), s (that stream's session). Strings hold no NUL (ids, tags
 -- and receipts refuse control characters); '' stands for none.
-local META = '<c15dddddddc1sss'
+-- The layout is defined here and nowhere else: scripts read and write metas only
+-- through meta_fields()/pack_fields() (positional, for the hot loops), decode()/
+-- encode() (a table) and size_of().
+local META_HEAD = '<c15dddddd'           -- seq, due, enq, att, max, dd, size
+local META = META_HEAD .. 'dc1sss'       -- then lexp, st, rcpt, w, s
+
+-- A packed meta's fields, in layout order: seq, due, enq, att, max, dd, size, lexp,
+-- st, rcpt, w, s.
+local function meta_fields(raw)
+  return struct.unpack(META, raw)
+end
+
+-- Packs fields given in layout order.
+local function pack_fields(seq, due, enq, att, max, dd, size, lexp, st, rcpt, w, s)
+  return struct.pack(META, seq, due, enq, att, max, dd, size, lexp, st, rcpt, w, s)
+end
+
+-- A packed meta's payload size, without unpacking the strings after it.
+local function size_of(raw)
+  local _, _, _, _, _, _, size = struct.unpack(META_HEAD, raw)
+  return size
+end
 
 local function encode(meta)
-  return struct.pack(META, meta.seq, meta.due, meta.enq, meta.att, meta.max, meta.dd,
+  return pack_fields(meta.seq, meta.due, meta.enq, meta.att, meta.max, meta.dd,
     meta.size, meta.lexp or 0, meta.st, meta.rcpt or '', meta.w or '', meta.s or '')
 end
 
@@ -43,7 +64,7 @@ local function none_if_empty(s)
 end
 
 local function decode(raw)
-  local seq, due, enq, att, max, dd, size, lexp, st, rcpt, w, s = struct.unpack(META, raw)
+  local seq, due, enq, att, max, dd, size, lexp, st, rcpt, w, s = meta_fields(raw)
   return {seq = seq, due = due, enq = enq, att = att, max = max, dd = dd, size = size,
     lexp = lexp, st = st, rcpt = none_if_empty(rcpt), w = none_if_empty(w), s = none_if_empty(s)}
 end
@@ -292,13 +313,6 @@ local function reclaim(now)
     bulk('ZREM', KEYS[2], orphans)
   end
   return #expired
-end
-
--- A packed meta's payload size (its 7th field), without unpacking the rest.
-local SIZE_PREFIX = '<c15dddddd'
-local function size_of(raw)
-  local _, _, _, _, _, _, size = struct.unpack(SIZE_PREFIX, raw)
-  return size
 end
 
 -- The leading members whose payloads fit in budget bytes (the first always does, so

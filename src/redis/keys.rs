@@ -16,7 +16,8 @@ pub struct Keys {
 /// The keys of one lock name, all in one hash slot.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LockKeys {
-    /// Hash `{token, owner, fencing, expires_at, request_id}`, PEXPIRE = the lease.
+    /// A string holding the packed lease (token, waited, fencing, expires_at, owner,
+    /// request_id; layout in `src/lock/prelude.lua`), its PX = the lease.
     pub lock: String,
     /// The last fencing token handed out for this name; outlives the lease.
     pub fence: String,

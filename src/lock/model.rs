@@ -1,0 +1,110 @@
+//! What the lock store takes and answers: a validated `AcquireSpec`, and the
+//! outcomes (`Lease`, `Holder`, `AcquireOutcome`, `Won`, `Description`). Plain data,
+//! except [`Won`], which gives its lease back unless claimed.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::shutdown::Cleanup;
+
+/// What a caller asks for when taking a lock.
+#[derive(Clone, Debug)]
+pub struct AcquireSpec {
+    /// The lock name (validated).
+    pub name: String,
+    /// Who takes it (validated).
+    pub owner: String,
+    /// The lease length.
+    pub ttl: Duration,
+    /// How long to wait for a held lock (zero: try once).
+    pub wait: Duration,
+    /// Retry key: the same owner + request_id gets the same lease back ('' for none).
+    pub request_id: String,
+}
+
+/// One lease of a lock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// The owner token: proves the holder in Release/Extend.
+    pub token: String,
+    /// Strictly increasing per name.
+    pub fencing_token: u64,
+    /// End of the lease, Unix ms (Redis clock).
+    pub expires_at_ms: i64,
+}
+
+/// Who holds a lock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holder {
+    /// The owner that took it.
+    pub owner: String,
+    /// The fencing token of its lease.
+    pub fencing_token: u64,
+    /// End of its lease, Unix ms (Redis clock).
+    pub expires_at_ms: i64,
+}
+
+/// How an acquire attempt ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AcquireOutcome {
+    /// The caller holds the lock.
+    Acquired(Lease),
+    /// Someone else holds it (and the caller did not wait, or its `wait` ran out).
+    Held(Holder),
+}
+
+/// A lease won for a caller that has not taken it yet. Dropped unclaimed (the caller
+/// left, or gave up while the script was in flight), it gives the lock back.
+#[derive(Debug)]
+pub struct Won {
+    pub(super) lease: Lease,
+    /// Releases the lease unless the caller claims it.
+    pub(super) give_back: Cleanup,
+}
+
+impl Won {
+    /// The lease won.
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// The caller has the lease: it is theirs to release.
+    pub fn claim(self) -> Lease {
+        self.give_back.disarm();
+        self.lease
+    }
+
+    /// Nobody will use the lease: release it now, before answering.
+    pub async fn give_back(self) {
+        self.give_back.run().await;
+    }
+}
+
+/// How a waiting acquire ended, before its caller took the lease.
+#[derive(Debug)]
+pub enum Attempt {
+    /// Won, not yet claimed.
+    Won(Won),
+    /// Someone else holds it (the call did not wait, or its `wait` ran out).
+    Held(Holder),
+}
+
+/// What `Describe` saw.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Description {
+    /// The holder, if the lock is held.
+    pub holder: Option<Holder>,
+    /// Whether the given token is the holder's.
+    pub held_by_token: bool,
+}
+
+/// When a waiting acquire stops early.
+#[derive(Clone, Debug)]
+pub struct Stop {
+    /// The caller's deadline, minus a margin (`DEADLINE_EXCEEDED` after it).
+    pub deadline: Option<Instant>,
+    /// Cancelled when the caller left or the server shuts down.
+    pub cancel: CancellationToken,
+}
