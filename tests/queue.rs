@@ -516,6 +516,53 @@ async fn an_expired_lease_on_the_last_attempt_makes_the_task_dead() -> TestResul
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_whose_caller_left_gives_its_tasks_back_at_their_original_due_time() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    let now = turnstile::time::now_ms();
+    let due = |id: &str, ago_ms: i64| TaskSpec {
+        schedule: Some(Schedule::DueAt(turnstile::time::timestamp_from_ms(
+            now - ago_ms,
+        ))),
+        ..spec(id, id)
+    };
+    enqueue(
+        &mut queues,
+        vec![due("first", 10_000), due("second", 5_000)],
+    )
+    .await?;
+    // Redis holds the Lease script past the caller's deadline: it takes "first" for a
+    // caller who is gone.
+    redis.pause_writes(Duration::from_millis(600)).await;
+    let gone = queues
+        .lease(common::with_timeout(
+            lease_request(1, 60_000),
+            Duration::from_millis(200),
+        ))
+        .await;
+    assert!(gone.is_err(), "answered while Redis was paused: {gone:?}");
+    // Both READY again, with "first" back in its place (not at the back, as a Nack
+    // with delay 0 would put it) and the delivery counted.
+    let started = Instant::now();
+    let ready = loop {
+        let ready = peek(&mut queues, TaskState::Ready, 10).await?;
+        if ready.len() == 2 {
+            break ready;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "not given back: {ready:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(ids(&ready), ["first", "second"]);
+    assert_eq!(unix_ms(&ready[0].due_at), now - 10_000);
+    assert_eq!(ready[0].attempt, 1);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_removes_waiting_tasks_and_leaves_in_flight_ones_alone() -> TestResult {
     let redis = TestRedis::start().await;
     let server = TestServer::start(&redis).await;

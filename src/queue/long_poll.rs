@@ -21,8 +21,8 @@ use crate::{
 };
 
 /// Tasks leased for a caller that has not received them yet. Dropped unclaimed, their
-/// deliveries are given back (they count as attempts, like any delivery that ends
-/// without an ack).
+/// deliveries go back at their original due time, as a lease expiry would (they count
+/// as attempts, like any delivery that ends without an ack).
 struct Taken {
     tasks: Vec<Task>,
     /// Gives the deliveries back unless the caller claims them (none for `auto_ack`).
@@ -105,10 +105,8 @@ impl QueueStore {
             let store = self.clone();
             let queue = queue.to_owned();
             self.shutdown.cleanup(async move {
-                for receipt in receipts {
-                    if let Err(err) = store.nack(&queue, &receipt, Duration::ZERO).await {
-                        tracing::warn!(queue, cause = %err, "could not give back an unread delivery");
-                    }
+                if let Err(err) = store.give_back(&queue, &receipts).await {
+                    tracing::warn!(queue, cause = %err, "could not give back unread deliveries; they return when their leases end");
                 }
             })
         });

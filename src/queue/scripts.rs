@@ -24,6 +24,7 @@ pub struct QueueScripts {
     pub(super) dispatch: Script,
     pub(super) attach: Script,
     pub(super) detach: Script,
+    pub(super) give_back: Script,
 }
 
 impl QueueScripts {
@@ -41,11 +42,12 @@ impl QueueScripts {
             dispatch: script("dispatch.lua", include_str!("dispatch.lua")),
             attach: script("attach.lua", include_str!("attach.lua")),
             detach: script("detach.lua", include_str!("detach.lua")),
+            give_back: script("give_back.lua", include_str!("give_back.lua")),
         }
     }
 
     /// Every script, for `SCRIPT LOAD` at boot.
-    pub fn all(&self) -> [&Script; 12] {
+    pub fn all(&self) -> [&Script; 13] {
         [
             &self.enqueue,
             &self.lease,
@@ -59,6 +61,7 @@ impl QueueScripts {
             &self.dispatch,
             &self.attach,
             &self.detach,
+            &self.give_back,
         ]
     }
 }

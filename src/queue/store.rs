@@ -104,6 +104,19 @@ impl QueueStore {
         self.redis.invoke(&call).await
     }
 
+    /// Deliveries nobody received go back at their original due time, as a lease
+    /// expiry would (or die on their last attempt); how many went back.
+    pub(super) async fn give_back(&self, queue: &str, receipts: &[String]) -> Result<u64> {
+        let keys = self.keys(queue);
+        let mut call = call(&self.scripts.give_back, &keys);
+        call.arg(self.redis.keys.queue_changed_channel())
+            .arg(keys.pending());
+        for receipt in receipts {
+            call.arg(receipt);
+        }
+        self.redis.invoke(&call).await
+    }
+
     /// One `ack.lua` run: finishes deliveries, one flag per receipt.
     pub(super) async fn ack_script(&self, queue: &str, receipts: &[String]) -> Result<Vec<bool>> {
         let keys = self.keys(queue);

@@ -125,6 +125,19 @@ impl TestRedis {
         self.redis = Some(redis);
     }
 
+    /// Holds every write (scripts included) for `pause`: once this returns, Redis
+    /// queues the server's scripts until the pause ends, so a test can make a call's
+    /// script run after its caller gave up, without sleeping to get the order right.
+    pub async fn pause_writes(&self, pause: Duration) {
+        let _: () = redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(pause.as_millis() as u64)
+            .arg("WRITE")
+            .query_async(&mut self.conn().await)
+            .await
+            .expect("CLIENT PAUSE");
+    }
+
     /// How many times `command` ran (from INFO commandstats, e.g. "evalsha").
     pub async fn command_calls(&self, command: &str) -> u64 {
         let info: String = redis::cmd("INFO")

@@ -1,0 +1,24 @@
+-- give_back.lua: deliveries whose caller never received them (a long-poll Lease whose
+-- caller left while its tasks were being taken) go back at their original due time,
+-- as a lease expiry would, or die on their last attempt: the delivery counts. A stale
+-- receipt (expired, redelivered, acked) is skipped.
+-- KEYS[1..8] as in prelude.lua
+-- ARGV[1] the queue-changed channel, ARGV[2] its message, then the receipts
+-- Clock: Redis TIME (a lease that ran out makes its receipt stale).
+-- Returns how many went back to pending.
+local now = now_ms()
+local returned, ends = 0, ending()
+for i = 3, #ARGV do
+  local id, meta = delivery(ARGV[i], now)
+  if id then
+    ends.unlease(id, meta)
+    if give_back(id, meta, meta.due) == 'p' then
+      returned = returned + 1
+    end
+  end
+end
+ends.flush()
+if returned > 0 then
+  redis.call('PUBLISH', ARGV[1], ARGV[2])
+end
+return returned
