@@ -118,6 +118,153 @@ fn serve_without_redis_server_on_path_says_how_to_fix_it() {
     assert!(last.contains("apt-get install redis-server"), "{stderr}");
 }
 
+/// Whether a process with `pid` exists (signal 0 checks without sending anything).
+fn alive(pid: &str) -> bool {
+    Command::new("kill")
+        .args(["-0", pid])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+/// A child process SIGKILLed on drop, so a failing test leaves no server behind.
+struct Reaped(Child);
+
+impl std::ops::Deref for Reaped {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Reaped {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `turnstile serve` with the embedded Redis in `data`, JSON logs on a pipe.
+fn serve_embedded(data: &std::path::Path) -> Reaped {
+    Reaped(
+        serve_command()
+            .args(["--log-format", "json"])
+            .arg("--data-dir")
+            .arg(data)
+            .env_remove("TURNSTILE_REDIS_URL")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn turnstile"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkilled_server_takes_its_embedded_redis_with_it_and_the_next_one_keeps_the_data(
+) -> TestResult {
+    let dir = TempDir::new("orphan");
+    let data = dir.0.join("data");
+    let mut first = serve_embedded(&data);
+    let addr = json_field(&ready_line(&mut first), "addr");
+    let mut queues =
+        turnstile::pb::queue_service_client::QueueServiceClient::connect(format!("http://{addr}"))
+            .await?;
+    queues
+        .enqueue(EnqueueRequest {
+            queue: "kept".into(),
+            tasks: tasks(0, 1),
+        })
+        .await?;
+    let redis_pid = std::fs::read_to_string(data.join("redis.pid"))?
+        .trim()
+        .to_owned();
+    assert!(alive(&redis_pid), "no redis-server at pid {redis_pid}");
+
+    first.kill()?;
+    first.wait()?;
+    let started = std::time::Instant::now();
+    while alive(&redis_pid) {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "redis-server {redis_pid} outlived its SIGKILLed server"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // The next server on the same data dir starts its own Redis and finds the task.
+    let mut second = serve_embedded(&data);
+    let addr = json_field(&ready_line(&mut second), "addr");
+    let mut queues =
+        turnstile::pb::queue_service_client::QueueServiceClient::connect(format!("http://{addr}"))
+            .await?;
+    let stats = queues
+        .stats(StatsRequest {
+            queue: "kept".into(),
+        })
+        .await?
+        .into_inner();
+    assert_eq!(stats.ready, 1, "the confirmed task survived");
+    sigterm(&second);
+    assert!(wait_exit(&mut second, Duration::from_secs(20)).success());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_server_never_opens_a_data_dir_whose_redis_is_alive() -> TestResult {
+    let dir = TempDir::new("twice");
+    let data = dir.0.join("data");
+    let mut first = serve_embedded(&data);
+    let addr = json_field(&ready_line(&mut first), "addr");
+    let redis_pid = std::fs::read_to_string(data.join("redis.pid"))?;
+
+    let mut second = serve_embedded(&data);
+    let mut stderr = String::new();
+    let stderr_pipe = second.stderr.take().expect("piped stderr");
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::BufReader::new(stderr_pipe).read_to_string(&mut text);
+        text
+    });
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = second.try_wait()? {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            let _ = second.kill();
+            let _ = second.wait();
+            panic!("a second server started on a data dir whose redis-server is alive");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(!status.success());
+    stderr.push_str(&reader.join().expect("stderr reader"));
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("in use by another redis-server") && last.contains(redis_pid.trim()),
+        "{stderr}"
+    );
+    // The first server and its Redis are untouched.
+    let mut queues =
+        turnstile::pb::queue_service_client::QueueServiceClient::connect(format!("http://{addr}"))
+            .await?;
+    queues
+        .stats(StatsRequest {
+            queue: "any".into(),
+        })
+        .await?;
+    assert_eq!(std::fs::read_to_string(data.join("redis.pid"))?, redis_pid);
+    sigterm(&first);
+    assert!(wait_exit(&mut first, Duration::from_secs(20)).success());
+    Ok(())
+}
+
 fn tasks(from: usize, count: usize) -> Vec<TaskSpec> {
     (from..from + count)
         .map(|n| TaskSpec {

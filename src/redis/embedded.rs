@@ -2,9 +2,18 @@
 //! ours (append-only file on), bound to a unix socket or a loopback port, started and
 //! waited for at boot and shut down (with a final AOF fsync) on exit. The tests use the
 //! same code to get a real Redis of their own.
+//!
+//! Two Redis processes on one append-only directory can lose data, so:
+//! - the child dies with its parent: `PR_SET_PDEATHSIG` sends it SIGTERM (Redis then
+//!   fsyncs its AOF and exits) when the server is killed, even by SIGKILL;
+//! - the data directory is locked (`flock` on `turnstile.lock`), and the child inherits
+//!   the lock, so it stays held while either process lives. A second start waits a
+//!   little for a dying child to exit, then refuses with a clear message.
 
 use std::{
+    fs::File,
     io::ErrorKind,
+    os::fd::AsRawFd,
     path::{Path, PathBuf},
     process::Stdio,
     time::Duration,
@@ -16,6 +25,13 @@ use tokio::process::{Child, Command};
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// The longest unix socket path the kernel takes (108 bytes with the NUL).
 const MAX_SOCKET_PATH: usize = 100;
+/// The data directory's lock file, held by the server and its redis-server.
+pub const LOCK_FILE: &str = "turnstile.lock";
+/// The redis-server's pid file in the data directory.
+pub const PID_FILE: &str = "redis.pid";
+/// How long a start waits for the redis-server of a server that just died (it exits
+/// on SIGTERM after an AOF fsync) before refusing the data directory.
+const LOCK_WAIT: Duration = Duration::from_secs(5);
 
 /// Where the child listens.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,6 +58,8 @@ pub struct EmbeddedOptions {
 pub struct EmbeddedRedis {
     /// The child process (kill_on_drop).
     child: Child,
+    /// Our handle on the data directory's lock (the child has its own).
+    _lock: File,
     url: String,
     dir: PathBuf,
 }
@@ -53,6 +71,7 @@ impl EmbeddedRedis {
             .map_err(|err| format!("cannot create data dir {}: {err}", options.dir.display()))?;
         let dir = std::fs::canonicalize(&options.dir)
             .map_err(|err| format!("data dir {}: {err}", options.dir.display()))?;
+        let lock = lock_dir(&dir).await?;
         let mut command = Command::new("redis-server");
         command
             .current_dir(&dir)
@@ -71,6 +90,8 @@ impl EmbeddedRedis {
                 "redis.log",
                 "--loglevel",
                 "warning",
+                "--pidfile",
+                PID_FILE,
             ])
             .args([
                 "--appendonly",
@@ -107,6 +128,29 @@ impl EmbeddedRedis {
                 format!("redis://127.0.0.1:{port}")
             }
         };
+        let parent = std::process::id();
+        let lock_fd = lock.as_raw_fd();
+        // SAFETY: between fork and exec the closure only makes async-signal-safe calls
+        // (prctl, getppid, fcntl) and allocates nothing.
+        unsafe {
+            command.pre_exec(move || {
+                // PDEATHSIG fires when the thread that forked us exits: the server and
+                // the tests start Redis from their runtime's main (block_on) thread,
+                // which lives as long as they do.
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // The parent may have died before prctl: then nobody would stop us.
+                if libc::getppid() as u32 != parent {
+                    return Err(std::io::Error::other("the server exited"));
+                }
+                // Keep the data directory's lock across exec (clear FD_CLOEXEC).
+                if libc::fcntl(lock_fd, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
         let child = command.spawn().map_err(|err| match err.kind() {
             ErrorKind::NotFound => {
                 "redis-server was not found on PATH: install it (Debian/Ubuntu: \
@@ -115,7 +159,12 @@ impl EmbeddedRedis {
             }
             _ => format!("cannot start redis-server: {err}"),
         })?;
-        let mut redis = Self { child, url, dir };
+        let mut redis = Self {
+            child,
+            _lock: lock,
+            url,
+            dir,
+        };
         redis.wait_until_ready().await?;
         Ok(redis)
     }
@@ -193,6 +242,41 @@ impl EmbeddedRedis {
     /// The directory the child runs in.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+}
+
+/// Takes the data directory's lock, waiting up to [`LOCK_WAIT`] for a redis-server
+/// that is exiting (its server just died); a live one keeps the directory refused.
+async fn lock_dir(dir: &Path) -> Result<File, String> {
+    let path = dir.join(LOCK_FILE);
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|err| format!("cannot open {}: {err}", path.display()))?;
+    let started = tokio::time::Instant::now();
+    loop {
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(file);
+        }
+        let err = std::io::Error::last_os_error();
+        if err.kind() != ErrorKind::WouldBlock {
+            return Err(format!("cannot lock {}: {err}", path.display()));
+        }
+        if started.elapsed() >= LOCK_WAIT {
+            let pid = std::fs::read_to_string(dir.join(PID_FILE)).unwrap_or_default();
+            return Err(format!(
+                "data dir {} is in use by another redis-server (pid {}): a turnstile \
+                 server still running there, or the Redis of one that was killed. Stop \
+                 it, or give this server another --data-dir",
+                dir.display(),
+                pid.trim()
+            ));
+        }
+        // Start-up only: a dying redis-server usually exits within a second.
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
