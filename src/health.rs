@@ -1,5 +1,5 @@
 //! Readiness follows Redis: a probe PINGs it (every second while it answers, every
-//! 250 ms while it does not) and flips `""`, `turnstile.v1.LockService` and
+//! 250 ms while it does not; on each return it also checks the Redis version) and flips `""`, `turnstile.v1.LockService` and
 //! `turnstile.v1.QueueService` between SERVING and NOT_SERVING. `liveness` stays
 //! SERVING while the process runs, so a Redis outage does not get replicas restarted.
 
@@ -31,7 +31,21 @@ pub fn spawn_probe(redis: Redis, reporter: HealthReporter, events: Events, shutd
     shutdown.spawn(async move {
         let mut up = None;
         loop {
-            let now_up = redis.ping().await.is_ok();
+            // Up means it answers and is new enough: a Redis replaced by an older one
+            // (below 7.0 every Acquire would fail) stays NOT_SERVING, and says why.
+            let now_up = match (up, redis.ping().await) {
+                (Some(true), Ok(())) => true,
+                (_, Ok(())) => match redis.check_version().await {
+                    Ok(()) => true,
+                    Err(err) => {
+                        if up != Some(false) {
+                            tracing::error!(cause = %err, "redis cannot serve turnstile");
+                        }
+                        false
+                    }
+                },
+                (_, Err(_)) => false,
+            };
             if task_shutdown.is_triggered() {
                 return;
             }

@@ -11,6 +11,7 @@ use tonic_health::ServingStatus;
 
 use crate::{
     config::Config,
+    error::Error,
     health,
     limits::Limits,
     lock::{api::LockApi, LockStore},
@@ -72,6 +73,15 @@ async fn serve(
 ) -> Result<(), String> {
     let redis = Redis::new(url, config.redis_timeout, Keys::new(&config.key_prefix))
         .map_err(|err| err.to_string())?;
+    // A Redis too old for our scripts is refused at start; one that is down is
+    // checked by the readiness probe when it comes up (NOT_SERVING until then).
+    match redis.check_version().await {
+        Err(Error::Internal(why)) => return Err(format!("{url}: {why}")),
+        Err(err) => {
+            tracing::warn!(cause = %err, "redis not reachable at start; not serving until it is")
+        }
+        Ok(()) => {}
+    }
     let limits = Limits::new(config.max_streams, config.max_waiters);
     let locks = LockStore::new(redis.clone(), limits.clone(), shutdown.clone());
     if let Err(err) = redis.load_scripts(&locks.scripts().all()).await {

@@ -218,11 +218,48 @@ impl Redis {
         Ok(())
     }
 
+    /// Checks that Redis is new enough for our scripts and commands (see
+    /// [`check_version`]); UNAVAILABLE if it does not answer, INTERNAL if too old.
+    pub async fn check_version(&self) -> Result<()> {
+        let info: String = self.query(redis::cmd("INFO").arg("server")).await?;
+        check_version(&info)
+    }
+
     /// PING, for the readiness probe.
     pub async fn ping(&self) -> Result<()> {
         let _: String = self.query(&redis::cmd("PING")).await?;
         Ok(())
     }
+}
+
+/// The oldest Redis the scripts run on: `PEXPIREAT … NX/GT` (owner index), `ZADD GT`
+/// and `SET … KEEPTTL` need 7.0. On an older one every Acquire fails.
+pub const MIN_REDIS_VERSION: (u32, u32) = (7, 0);
+
+/// Checks the `redis_version` of an `INFO server` reply against
+/// [`MIN_REDIS_VERSION`]; the error says which version was found and what is needed.
+pub fn check_version(info: &str) -> Result<()> {
+    let version = info
+        .lines()
+        .find_map(|line| line.strip_prefix("redis_version:"))
+        .map(str::trim)
+        .ok_or_else(|| Error::Internal("INFO server has no redis_version".into()))?;
+    let mut parts = version.split('.').map(|part| part.parse::<u32>().ok());
+    let found = match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(major), Some(minor)) => (major, minor),
+        _ => {
+            return Err(Error::Internal(format!(
+                "cannot read redis_version {version:?}"
+            )))
+        }
+    };
+    if found < MIN_REDIS_VERSION {
+        let (major, minor) = MIN_REDIS_VERSION;
+        return Err(Error::Internal(format!(
+            "redis {version} is too old: turnstile needs Redis {major}.{minor} or newer"
+        )));
+    }
+    Ok(())
 }
 
 /// The socket a key's calls use (FNV-1a: stable and cheap; any spread will do).
@@ -253,7 +290,20 @@ impl Conn {
 
 #[cfg(test)]
 mod tests {
-    use super::{socket_of, SOCKETS};
+    use super::{check_version, socket_of, SOCKETS};
+
+    #[test]
+    fn redis_7_or_newer_passes_and_older_is_refused_with_its_version() {
+        let info = |v: &str| format!("# Server\r\nredis_version:{v}\r\nredis_mode:standalone\r\n");
+        assert!(check_version(&info("7.0.15")).is_ok());
+        assert!(check_version(&info("7.2.4")).is_ok());
+        assert!(check_version(&info("8.0.0")).is_ok());
+        let old = check_version(&info("6.2.14")).unwrap_err().to_string();
+        assert!(old.contains("6.2.14") && old.contains("7.0"), "{old}");
+        assert!(check_version(&info("5.0.7")).is_err());
+        assert!(check_version("# Server\r\n").is_err());
+        assert!(check_version(&info("x.y")).is_err());
+    }
 
     #[test]
     fn a_key_always_uses_one_socket_and_keys_spread_over_all() {
