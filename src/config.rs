@@ -60,6 +60,11 @@ pub struct Config {
     #[arg(long, env = "TURNSTILE_REDIS_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
     pub redis_timeout: Duration,
 
+    /// How long a shutdown (SIGTERM, SIGINT) waits for calls, streams and connections
+    /// to finish before it closes what is left and exits.
+    #[arg(long, env = "TURNSTILE_SHUTDOWN_GRACE", default_value = "10s", value_parser = parse_duration)]
+    pub shutdown_grace: Duration,
+
     /// The most open Hold and Subscribe streams; more get RESOURCE_EXHAUSTED.
     #[arg(long, env = "TURNSTILE_MAX_STREAMS", default_value_t = DEFAULT_MAX_STREAMS)]
     pub max_streams: usize,
@@ -147,6 +152,7 @@ mod tests {
         assert_eq!(config.stream_heartbeat, Duration::from_secs(15));
         assert_eq!(config.reattach_grace, Duration::from_secs(10));
         assert_eq!(config.redis_timeout, Duration::from_secs(2));
+        assert_eq!(config.shutdown_grace, Duration::from_secs(10));
         assert_eq!(config.max_streams, 10_000);
         assert_eq!(config.max_waiters, 100_000);
     }

@@ -23,7 +23,7 @@ use crate::{
         events::Events,
         Keys, Redis,
     },
-    shutdown::{Shutdown, DRAIN_GRACE},
+    shutdown::Shutdown,
 };
 
 /// Serves on `listener` until `shutdown_signal` completes, then shuts down gracefully.
@@ -53,9 +53,27 @@ pub async fn run(
             .map(|r| r.url().to_owned())
             .unwrap_or_default()
     });
-    let result = serve(&config, &url, listener, shutdown_signal, &shutdown).await;
-    if !shutdown.drain(DRAIN_GRACE).await {
-        tracing::warn!(grace = ?DRAIN_GRACE, "some tasks were still running at exit");
+    let grace = config.shutdown_grace;
+    let serving = serve(&config, &url, listener, shutdown_signal, &shutdown);
+    // The drain is bounded: a client that keeps a connection open (a health Watch, a
+    // stream it never reads) must not hold the exit back past --shutdown-grace.
+    let result = tokio::select! {
+        result = serving => result,
+        () = async {
+            shutdown.cancelled().await;
+            tokio::time::sleep(grace).await;
+        } => {
+            tracing::warn!(?grace, "connections still open after the shutdown grace; closing them");
+            Ok(())
+        }
+    };
+    // Also after a start-up failure, so the background tasks stop at once.
+    shutdown.trigger();
+    if !shutdown
+        .drain(grace.saturating_sub(shutdown.since_triggered()))
+        .await
+    {
+        tracing::warn!(?grace, "some tasks were still running at exit");
     }
     if let Some(redis) = embedded {
         redis.stop().await;

@@ -7,16 +7,18 @@
 //! the caller cannot stop it halfway) and [`Cleanup`] (undo what a caller who left
 //! will never use, such as a lock won or tasks leased for it).
 
-use std::{future::Future, pin::Pin, time::Duration};
+use std::{
+    future::Future,
+    pin::Pin,
+    sync::{Arc, OnceLock},
+    time::Duration,
+};
 
-use tokio::sync::oneshot;
+use tokio::{sync::oneshot, time::Instant};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::Instrument;
 
 use crate::error::{Error, Result};
-
-/// How long shutdown waits for streams and background tasks to finish.
-pub const DRAIN_GRACE: Duration = Duration::from_secs(10);
 
 /// The server's shutdown signal and its tracked tasks. Cheap to clone.
 #[derive(Clone, Debug, Default)]
@@ -25,6 +27,8 @@ pub struct Shutdown {
     token: CancellationToken,
     /// Every spawned task, so shutdown can wait for their cleanup.
     tracker: TaskTracker,
+    /// When `trigger` was first called: the drain's grace counts from here.
+    triggered_at: Arc<OnceLock<Instant>>,
 }
 
 impl Shutdown {
@@ -35,7 +39,15 @@ impl Shutdown {
 
     /// Starts shutting down: every `cancelled()` future completes.
     pub fn trigger(&self) {
+        self.triggered_at.get_or_init(Instant::now);
         self.token.cancel();
+    }
+
+    /// How long ago shutdown started (zero before it has).
+    pub fn since_triggered(&self) -> Duration {
+        self.triggered_at
+            .get()
+            .map_or(Duration::ZERO, Instant::elapsed)
     }
 
     /// Whether shutdown has started.

@@ -996,6 +996,43 @@ async fn shutdown_releases_held_locks_and_ends_streams_with_unavailable() -> Tes
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_calls_answer_unavailable_when_the_server_shuts_down() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut locks = server.locks().await;
+    locks.acquire(acquire("busy", "alice", 60_000, 0)).await?;
+    let mut waiter = server.locks().await;
+    let acquiring =
+        tokio::spawn(async move { waiter.acquire(acquire("busy", "bob", 10_000, 30_000)).await });
+    server.wait_metric("turnstile_waiting_calls", 1.0).await;
+    // A long-poll Lease on an empty queue: waiting once its first look (one script) ran.
+    let looks = redis.command_calls("evalsha").await;
+    let mut queues = server.queues().await;
+    let leasing = tokio::spawn(async move {
+        queues
+            .lease(turnstile::pb::LeaseRequest {
+                queue: "idle".into(),
+                wait: ms(30_000),
+                ..Default::default()
+            })
+            .await
+    });
+    let started = std::time::Instant::now();
+    while redis.command_calls("evalsha").await == looks {
+        assert!(started.elapsed() < Duration::from_secs(10), "no lease look");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    server.shutdown().await?;
+    let acquired = acquiring
+        .await?
+        .expect_err("a waiting Acquire during shutdown");
+    assert_eq!(acquired.code(), Code::Unavailable, "{acquired:?}");
+    let leased = leasing.await?.expect_err("a waiting Lease during shutdown");
+    assert_eq!(leased.code(), Code::Unavailable, "{leased:?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_invalid_argument_naming_the_field() -> TestResult {
     let redis = TestRedis::start().await;
     let server = TestServer::start(&redis).await;

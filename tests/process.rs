@@ -21,8 +21,12 @@ use turnstile::pb::{
 };
 
 fn sigterm(child: &Child) {
+    signal(child, "TERM");
+}
+
+fn signal(child: &Child, name: &str) {
     let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
+        .args([&format!("-{name}"), &child.id().to_string()])
         .status()
         .expect("kill");
     assert!(status.success());
@@ -163,6 +167,22 @@ fn serve_embedded(data: &std::path::Path) -> Reaped {
             .spawn()
             .expect("spawn turnstile"),
     )
+}
+
+#[test]
+fn sigint_drains_like_sigterm() {
+    let dir = TempDir::new("sigint");
+    let data = dir.0.join("data");
+    let mut server = serve_embedded(&data);
+    let line = ready_line(&mut server);
+    assert!(line.contains("ready"), "{line}");
+    signal(&server, "INT");
+    let exit = wait_exit(&mut server, Duration::from_secs(20));
+    assert!(exit.success(), "exit status {exit}");
+    assert!(
+        !data.join("redis.sock").exists(),
+        "embedded redis still running"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

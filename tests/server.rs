@@ -70,6 +70,38 @@ async fn readiness_follows_redis_and_liveness_stays_serving() -> TestResult {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_says_not_serving_first_and_is_bounded_by_the_grace() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server =
+        TestServer::start_with(&redis, |c| c.shutdown_grace = Duration::from_secs(1)).await;
+    let mut health = HealthClient::new(server.channel().await);
+    // A Watch stream that this client never closes: an unbounded drain would wait for
+    // it forever.
+    let mut watch = health
+        .watch(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await?
+        .into_inner();
+    let first = watch.next().await.expect("a status")?;
+    assert_eq!(first.status, ServingStatus::Serving as i32);
+    let started = Instant::now();
+    let shutting = tokio::spawn(server.shutdown());
+    let next = tokio::time::timeout(Duration::from_secs(10), watch.next())
+        .await?
+        .expect("a status before the end")?;
+    assert_eq!(next.status, ServingStatus::NotServing as i32);
+    shutting.await??;
+    // Generous against the 1 s grace: a loaded machine, never an unbounded wait.
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "shutdown took {:?}",
+        started.elapsed()
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reflection_v1_and_v1alpha_list_both_services() -> TestResult {
     let redis = TestRedis::start().await;
     let server = TestServer::start(&redis).await;

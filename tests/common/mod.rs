@@ -170,6 +170,8 @@ impl TestRedis {
 /// The real server, in-process, on a free port; shut down on drop.
 pub struct TestServer {
     pub addr: SocketAddr,
+    /// Its Prometheus endpoint.
+    pub metrics: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<Result<(), String>>>,
 }
@@ -180,29 +182,45 @@ impl TestServer {
     }
 
     /// With changed settings (heartbeat, limits, ...).
-    pub async fn start_with(redis: &TestRedis, change: impl FnOnce(&mut Config)) -> Self {
-        let mut config = Config::for_redis(redis.url());
-        config.metrics_listen = "127.0.0.1:0".parse().unwrap();
-        change(&mut config);
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().unwrap();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(turnstile::server::run(config, listener, async move {
-            let _ = stopped.await;
-        }));
-        let server = Self {
-            addr,
-            stop: Some(stop),
-            task: Some(task),
-        };
-        server.wait_ready().await;
-        server
+    pub async fn start_with(redis: &TestRedis, change: impl Fn(&mut Config)) -> Self {
+        // The metrics port is picked free a moment before the server binds it: a start
+        // that lost it to another process fails at once and is tried again.
+        for _ in 0..5 {
+            let mut config = Config::for_redis(redis.url());
+            let port = free_port().expect("free port");
+            config.metrics_listen = SocketAddr::from(([127, 0, 0, 1], port));
+            change(&mut config);
+            let metrics = config.metrics_listen;
+            let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+            let addr = listener.local_addr().unwrap();
+            let (stop, stopped) = oneshot::channel::<()>();
+            let task = tokio::spawn(turnstile::server::run(config, listener, async move {
+                let _ = stopped.await;
+            }));
+            let mut server = Self {
+                addr,
+                metrics,
+                stop: Some(stop),
+                task: Some(task),
+            };
+            if server.wait_ready().await {
+                return server;
+            }
+            if let Some(task) = server.task.take() {
+                eprintln!("server did not start: {:?}", task.await);
+            }
+        }
+        panic!("the server did not start in 5 tries");
     }
 
-    /// Waits until health says SERVING (Redis answered the first probe).
-    async fn wait_ready(&self) {
+    /// Waits until health says SERVING (Redis answered the first probe); false if the
+    /// server stopped (a port was taken).
+    async fn wait_ready(&self) -> bool {
         let mut health = tonic_health::pb::health_client::HealthClient::new(self.channel().await);
         for _ in 0..500 {
+            if self.task.as_ref().is_some_and(JoinHandle::is_finished) {
+                return false;
+            }
             let request = tonic_health::pb::HealthCheckRequest {
                 service: String::new(),
             };
@@ -210,12 +228,50 @@ impl TestServer {
                 if reply.into_inner().status
                     == tonic_health::pb::health_check_response::ServingStatus::Serving as i32
                 {
-                    return;
+                    return true;
                 }
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         panic!("server never became ready");
+    }
+
+    /// The value of an unlabelled metric from a scrape of `/metrics`.
+    pub async fn metric(&self, name: &str) -> f64 {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut socket = tokio::net::TcpStream::connect(self.metrics)
+            .await
+            .expect("metrics connect");
+        socket
+            .write_all(b"GET /metrics HTTP/1.1\r\nhost: test\r\n\r\n")
+            .await
+            .expect("metrics request");
+        let mut body = String::new();
+        socket
+            .read_to_string(&mut body)
+            .await
+            .expect("metrics reply");
+        body.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+            .and_then(|value| value.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no metric {name} in {body}"))
+    }
+
+    /// Waits (at most 10 s) until `metric` reads `value`: how tests know that calls
+    /// are waiting, instead of sleeping.
+    pub async fn wait_metric(&self, name: &str, value: f64) {
+        let started = std::time::Instant::now();
+        loop {
+            let now = self.metric(name).await;
+            if now == value {
+                return;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "{name} stayed {now}, expected {value}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     pub async fn channel(&self) -> Channel {
