@@ -464,7 +464,7 @@ async fn release_all_frees_locks_won_by_waiting_and_never_ones_only_tried() -> T
             .acquire(acquire("shared", "alice", 10_000, 5_000))
             .await
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    server.wait_metric("turnstile_waiting_calls", 1.0).await;
     assert!(
         locks
             .release(release("shared", &carol.token))
@@ -513,7 +513,7 @@ async fn a_waiter_is_woken_at_once_by_a_release() -> TestResult {
         let reply = waiter.acquire(acquire("wake", "bob", 10_000, 10_000)).await;
         (reply, Instant::now())
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    server.wait_metric("turnstile_waiting_calls", 1.0).await;
     let released_at = Instant::now();
     assert!(
         locks
@@ -578,9 +578,12 @@ async fn a_release_wakes_one_waiter_not_every_waiter() -> TestResult {
             }
         }));
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.wait_metric("turnstile_waiting_calls", 20.0).await;
     let before = redis.command_calls("evalsha").await;
     locks.release(release("herd", &held.token)).await?;
+    server.wait_metric("turnstile_waiting_calls", 19.0).await;
+    // A window for a herd to show itself: the one thing here that cannot be awaited,
+    // since what is checked is that nothing more happens.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let scripts = redis.command_calls("evalsha").await - before;
     assert_eq!(winners.load(Ordering::SeqCst), 1);
@@ -608,8 +611,9 @@ async fn waiting_does_not_poll_redis() -> TestResult {
                 .await
         }));
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.wait_metric("turnstile_waiting_calls", 10.0).await;
     let before = redis.total_commands().await;
+    // The measured window (the waits run out at 2.5 s): nothing to await in it.
     tokio::time::sleep(Duration::from_secs(2)).await;
     // Only the readiness probe (one PING a second) and our own INFO calls.
     let spent = redis.total_commands().await - before;
@@ -660,8 +664,9 @@ async fn a_caller_whose_deadline_passes_gets_deadline_exceeded_and_never_the_loc
         .unwrap_err();
     assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
     assert!(started.elapsed() < Duration::from_millis(300));
+    // Bob's wait is over on the server too, so nobody can win the lock after this.
+    server.wait_metric("turnstile_waiting_calls", 0.0).await;
     locks.release(release("dl", &held.token)).await?;
-    tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(!is_held(&mut locks, "dl").await?, "bob won after giving up");
     Ok(())
 }
@@ -671,21 +676,9 @@ async fn a_try_once_whose_deadline_passes_in_flight_never_leaves_the_lock_held()
     let redis = TestRedis::start().await;
     let server = TestServer::start(&redis).await;
     let mut locks = server.locks().await;
-    // Keep Redis busy with a script for 400 ms, so the acquire waits in its queue past
-    // the caller's deadline and runs only after the caller has gone.
-    let mut blocker = redis.conn().await;
-    let busy = tokio::spawn(async move {
-        redis::cmd("EVAL")
-            .arg(
-                "local t = redis.call('TIME') local s = t[1] * 1000000 + t[2] \
-                 repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - s > 400000 \
-                 return 1",
-            )
-            .arg(0)
-            .query_async::<i64>(&mut blocker)
-            .await
-    });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Redis holds every script for 400 ms, so the acquire waits in its queue past the
+    // caller's deadline and runs only after the caller has gone.
+    redis.pause_writes(Duration::from_millis(400)).await;
     let gave_up = locks
         .acquire(with_timeout(
             acquire("late", "alice", 60_000, 0),
@@ -696,7 +689,6 @@ async fn a_try_once_whose_deadline_passes_in_flight_never_leaves_the_lock_held()
         gave_up.is_err(),
         "answered while Redis was busy: {gave_up:?}"
     );
-    busy.await??;
     // The give-back runs on the lock's own socket after the acquire, and so does this.
     assert!(
         !is_held(&mut locks, "late").await?,
@@ -720,12 +712,12 @@ async fn a_caller_that_cancels_never_ends_up_holding_the_lock() -> TestResult {
             .acquire(acquire("cancel", "bob", 10_000, 30_000))
             .await
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    server.wait_metric("turnstile_waiting_calls", 1.0).await;
     waiting.abort();
     let _ = waiting.await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The cancelled call stops waiting on the server, so nobody can win after this.
+    server.wait_metric("turnstile_waiting_calls", 0.0).await;
     locks.release(release("cancel", &held.token)).await?;
-    tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(
         !is_held(&mut locks, "cancel").await?,
         "a cancelled call took the lock"
@@ -1119,7 +1111,7 @@ async fn too_many_waiters_or_streams_is_resource_exhausted() -> TestResult {
     let mut first = server.locks().await;
     let waiting =
         tokio::spawn(async move { first.acquire(acquire("full", "bob", 1_000, 1_000)).await });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    server.wait_metric("turnstile_waiting_calls", 1.0).await;
     let status = locks
         .acquire(acquire("full", "carol", 1_000, 1_000))
         .await
@@ -1189,14 +1181,18 @@ async fn a_waiter_still_wakes_after_redis_restarts() -> TestResult {
     let mut redis = TestRedis::start().await;
     let server = TestServer::start(&redis).await;
     let mut locks = server.locks().await;
-    locks.acquire(acquire("restart", "alice", 1_500, 0)).await?;
+    // A lease far longer than the test: only the pub/sub reconnect (every waiter looks
+    // again, as messages may have been lost) can wake the waiter, not its expiry timer.
+    locks
+        .acquire(acquire("restart", "alice", 60_000, 0))
+        .await?;
     let mut waiter = server.locks().await;
     let waiting = tokio::spawn(async move {
         waiter
-            .acquire(acquire("restart", "bob", 10_000, 10_000))
+            .acquire(acquire("restart", "bob", 10_000, 30_000))
             .await
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    server.wait_metric("turnstile_waiting_calls", 1.0).await;
     redis.restart().await; // the lease is gone with the data; pub/sub reconnects
     let reply = tokio::time::timeout(Duration::from_secs(5), waiting)
         .await???

@@ -709,6 +709,7 @@ async fn a_waiting_lease_returns_as_soon_as_a_task_is_enqueued_or_falls_due() ->
     let server = TestServer::start(&redis).await;
     let mut producer = server.queues().await;
     let mut worker = server.queues().await;
+    let looks = redis.command_calls("evalsha").await;
     let waiting = tokio::spawn(async move {
         let request = LeaseRequest {
             wait: ms(5_000),
@@ -717,7 +718,8 @@ async fn a_waiting_lease_returns_as_soon_as_a_task_is_enqueued_or_falls_due() ->
         let tasks = worker.lease(request).await.map(|r| r.into_inner().tasks);
         (tasks, Instant::now(), worker)
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Its first look found nothing: it waits now.
+    redis.wait_command_calls_above("evalsha", looks).await;
     let sent = Instant::now();
     enqueue(&mut producer, vec![spec("pushed", "x")]).await?;
     let (tasks, got, mut worker) = waiting.await?;

@@ -357,10 +357,15 @@ async fn a_worker_that_re_subscribes_in_time_keeps_its_deliveries_and_receipts()
     };
     let mut stream = subscribe(&mut queues, request.clone()).await?;
     let held = next_tasks(&mut stream, 2).await;
+    let scripts = redis.command_calls("evalsha").await;
     drop(stream);
 
-    // Within the grace they stay leased: nobody else gets them.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Within the grace they stay leased: nobody else gets them. (The feed's detach is
+    // the next script after the stream ends.)
+    first_server
+        .wait_metric("turnstile_open_streams", 0.0)
+        .await;
+    redis.wait_command_calls_above("evalsha", scripts).await;
     assert_eq!(stats(&mut queues, "q").await?, (1, 0, 2, 0));
 
     // Re-subscribing to another replica sends them again, same receipts, and they fill

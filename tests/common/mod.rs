@@ -138,6 +138,20 @@ impl TestRedis {
             .expect("CLIENT PAUSE");
     }
 
+    /// Waits (at most 10 s) until `command` has run more than `calls` times: how a
+    /// test knows that a call reached Redis (a long poll made its first look, a feed
+    /// ran its detach) instead of sleeping.
+    pub async fn wait_command_calls_above(&self, command: &str, calls: u64) {
+        let started = std::time::Instant::now();
+        while self.command_calls(command).await <= calls {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "{command} did not run"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// How many times `command` ran (from INFO commandstats, e.g. "evalsha").
     pub async fn command_calls(&self, command: &str) -> u64 {
         let info: String = redis::cmd("INFO")
