@@ -196,6 +196,8 @@ async fn tokens_are_long_random_and_unique_per_acquisition() -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut locks = server.locks().await;
     let mut seen = std::collections::HashSet::new();
+    let mut bits = 0u32;
+    let mut digits = vec![std::collections::HashSet::new(); 32];
     for _ in 0..50 {
         let won = locks
             .acquire(acquire("tok", "alice", 10_000, 0))
@@ -205,6 +207,14 @@ async fn tokens_are_long_random_and_unique_per_acquisition() -> TestResult {
         assert_eq!(won.token.len(), 32);
         assert!(won.token.chars().all(|c| c.is_ascii_hexdigit()));
         assert!(seen.insert(won.token.clone()), "token reused");
+        bits += won
+            .token
+            .chars()
+            .map(|c| c.to_digit(16).unwrap().count_ones())
+            .sum::<u32>();
+        for (at, c) in won.token.chars().enumerate() {
+            digits[at].insert(c);
+        }
         assert!(
             locks
                 .release(release("tok", &won.token))
@@ -213,6 +223,13 @@ async fn tokens_are_long_random_and_unique_per_acquisition() -> TestResult {
                 .released
         );
     }
+    // Random bits, not a counter or a clock: about half of the 6,400 bits are set
+    // (a binomial's 6 sigma is ±240), and every position takes many values.
+    assert!((2_960..=3_440).contains(&bits), "{bits} of 6400 bits set");
+    assert!(
+        digits.iter().all(|seen| seen.len() >= 6),
+        "a token position barely changes"
+    );
     Ok(())
 }
 
@@ -774,12 +791,15 @@ async fn a_flash_sale_of_ten_phones_to_two_hundred_buyers_sells_exactly_ten() ->
     let server = TestServer::start(&redis).await;
     let _: () = redis.conn().await.set("stock", 10).await?;
     let sales = Arc::new(AtomicI64::new(0));
-    let lowest = Arc::new(AtomicI64::new(10));
+    // Who is inside the critical section, and the fencing tokens in the order holders
+    // entered it: with mutual exclusion, never two inside, tokens strictly increasing.
+    let inside = Arc::new(AtomicI64::new(0));
+    let entered = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut buyers = Vec::new();
     for buyer in 0..200 {
         let mut locks = server.locks().await;
         let mut conn = redis.conn().await;
-        let (sales, lowest) = (sales.clone(), lowest.clone());
+        let (sales, inside, entered) = (sales.clone(), inside.clone(), entered.clone());
         buyers.push(tokio::spawn(async move {
             let won = locks
                 .acquire(acquire(
@@ -792,12 +812,20 @@ async fn a_flash_sale_of_ten_phones_to_two_hundred_buyers_sells_exactly_ten() ->
                 .unwrap()
                 .into_inner();
             assert!(won.acquired);
+            assert_eq!(
+                inside.fetch_add(1, Ordering::SeqCst),
+                0,
+                "two holders at once"
+            );
+            entered.lock().unwrap().push(won.fencing_token);
+            // Read, yield, write: a second holder inside would oversell.
             let stock: i64 = conn.get("stock").await.unwrap();
+            tokio::task::yield_now().await;
             if stock > 0 {
                 let _: () = conn.set("stock", stock - 1).await.unwrap();
                 sales.fetch_add(1, Ordering::SeqCst);
-                lowest.fetch_min(stock - 1, Ordering::SeqCst);
             }
+            inside.fetch_sub(1, Ordering::SeqCst);
             locks
                 .release(release("phone-sale", &won.token))
                 .await
@@ -810,7 +838,12 @@ async fn a_flash_sale_of_ten_phones_to_two_hundred_buyers_sells_exactly_ten() ->
     let stock: i64 = redis.conn().await.get("stock").await?;
     assert_eq!(sales.load(Ordering::SeqCst), 10);
     assert_eq!(stock, 0);
-    assert!(lowest.load(Ordering::SeqCst) >= 0);
+    let entered = entered.lock().unwrap();
+    assert_eq!(entered.len(), 200);
+    assert!(
+        entered.windows(2).all(|pair| pair[0] < pair[1]),
+        "fencing tokens out of order: holders overlapped"
+    );
     Ok(())
 }
 
@@ -836,23 +869,34 @@ async fn hold_renews_the_lease_and_releases_at_once_when_cancelled() -> TestResu
     let server = TestServer::start(&redis).await;
     let mut locks = server.locks().await;
     let mut stream = locks
-        .hold(hold("held", "alice", 300, 0))
+        .hold(hold("held", "alice", 1_500, 0))
         .await?
         .into_inner();
     let Some(Event::Acquired(acquired)) = next_event(&mut stream).await else {
         panic!("no Acquired")
     };
-    let mut last = unix_ms(&acquired.expires_at);
+    let first = unix_ms(&acquired.expires_at);
+    let mut last = first;
     for _ in 0..3 {
         match next_event(&mut stream).await {
             Some(Event::Renewed(renewed)) => {
-                assert!(unix_ms(&renewed.expires_at) >= last);
-                last = unix_ms(&renewed.expires_at);
+                let until = unix_ms(&renewed.expires_at);
+                // Renewed while the lease still ran (each renewal ends it later).
+                assert!(until > last);
+                assert!(
+                    turnstile::time::now_ms() < last,
+                    "renewed after the lease ended"
+                );
+                last = until;
             }
             other => panic!("expected Renewed, got {other:?}"),
         }
     }
-    // Three renewals of a 300 ms lease: it lived past its first ttl.
+    // Every ttl/3 (500 ms), each renewal moving the end by that much: ttl/2 would be
+    // 750 ms. The average of three allows a late renewal on a loaded machine.
+    let every = (last - first) / 3;
+    assert!((480..=700).contains(&every), "renewed every {every} ms");
+    // Three renewals of a 1.5 s lease: it lived past its first ttl.
     let seen = locks
         .describe(describe("held", &acquired.token))
         .await?
