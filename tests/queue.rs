@@ -751,6 +751,146 @@ async fn a_waiting_lease_returns_as_soon_as_a_task_is_enqueued_or_falls_due() ->
 }
 
 /// Asserts INVALID_ARGUMENT whose message starts with `field:`.
+/// Every unary queue RPC once, each with a `timeout` deadline: (rpc, status, time taken).
+async fn every_rpc(
+    queues: &Queues,
+    receipt: &str,
+    timeout: Duration,
+) -> Vec<(&'static str, Code, Duration)> {
+    use common::with_timeout;
+    let q = || "q".to_owned();
+    let mut calls = tokio::task::JoinSet::new();
+    macro_rules! call {
+        ($name:literal, $method:ident, $request:expr) => {{
+            let mut queues = queues.clone();
+            let request = with_timeout($request, timeout);
+            calls.spawn(async move {
+                let started = Instant::now();
+                let code = match queues.$method(request).await {
+                    Ok(_) => Code::Ok,
+                    Err(status) => status.code(),
+                };
+                ($name, code, started.elapsed())
+            });
+        }};
+    }
+    call!(
+        "Enqueue",
+        enqueue,
+        EnqueueRequest {
+            queue: q(),
+            tasks: vec![spec("new", "x")]
+        }
+    );
+    call!("Lease", lease, lease_request(1, 30_000));
+    call!(
+        "Ack",
+        ack,
+        AckRequest {
+            queue: q(),
+            receipts: vec![receipt.to_owned()]
+        }
+    );
+    call!(
+        "Nack",
+        nack,
+        NackRequest {
+            queue: q(),
+            receipt: receipt.to_owned(),
+            delay: None
+        }
+    );
+    call!(
+        "ExtendLease",
+        extend_lease,
+        ExtendLeaseRequest {
+            queue: q(),
+            receipt: receipt.to_owned(),
+            visibility: None
+        }
+    );
+    call!(
+        "Peek",
+        peek,
+        PeekRequest {
+            queue: q(),
+            state: 0,
+            limit: 0
+        }
+    );
+    call!(
+        "Cancel",
+        cancel,
+        CancelRequest {
+            queue: q(),
+            ids: vec!["a".into()]
+        }
+    );
+    call!(
+        "Redrive",
+        redrive,
+        RedriveRequest {
+            queue: q(),
+            ids: vec![]
+        }
+    );
+    call!("Stats", stats, StatsRequest { queue: q() });
+    calls.join_all().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_queue_rpc_is_unavailable_when_redis_is_slower_than_the_timeout_or_down() -> TestResult
+{
+    let mut redis = TestRedis::start().await;
+    let server =
+        TestServer::start_with(&redis, |c| c.redis_timeout = Duration::from_millis(300)).await;
+    let mut queues = server.queues().await;
+    enqueue(&mut queues, vec![spec("a", "x")]).await?;
+    let receipt = lease(&mut queues, 1, 30_000).await?[0].receipt.clone();
+
+    // Slower than --redis-timeout: every script waits behind a 3 s pause.
+    redis.pause_writes(Duration::from_secs(3)).await;
+    for (rpc, code, took) in every_rpc(&queues, &receipt, Duration::from_secs(5)).await {
+        assert_eq!(code, Code::Unavailable, "{rpc} with Redis paused");
+        assert!(took < Duration::from_millis(2_500), "{rpc} took {took:?}");
+    }
+
+    // Down: answered UNAVAILABLE, each before its caller's deadline.
+    redis.kill().await;
+    for timeout in [Duration::from_millis(500), Duration::from_secs(5)] {
+        for (rpc, code, took) in every_rpc(&queues, &receipt, timeout).await {
+            assert_eq!(code, Code::Unavailable, "{rpc} with Redis down");
+            assert!(
+                took < timeout.min(Duration::from_secs(3)),
+                "{rpc} took {took:?}"
+            );
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_poll_whose_deadline_passes_answers_deadline_exceeded() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    let started = Instant::now();
+    let status = queues
+        .lease(common::with_timeout(
+            LeaseRequest {
+                wait: ms(30_000),
+                ..lease_request(1, 30_000)
+            },
+            Duration::from_millis(300),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+    // Answered by the server itself, before the caller's own deadline fired.
+    assert!(started.elapsed() < Duration::from_millis(300));
+    Ok(())
+}
+
 fn expect<T: std::fmt::Debug>(result: Result<tonic::Response<T>, tonic::Status>, field: &str) {
     let status = result.unwrap_err();
     assert_eq!(status.code(), Code::InvalidArgument, "{field}: {status:?}");
