@@ -517,6 +517,30 @@ async fn a_crashed_client_never_leaves_a_lock_longer_than_its_ttl() -> TestResul
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_acquire_is_in_the_owner_index_before_it_can_win() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut locks = server.locks().await;
+    locks.acquire(acquire("idx", "alice", 60_000, 0)).await?;
+    let mut waiter = server.locks().await;
+    let started = turnstile::time::now_ms();
+    let waiting =
+        tokio::spawn(async move { waiter.acquire(acquire("idx", "bob", 10_000, 30_000)).await });
+    server.wait_metric("turnstile_waiting_calls", 1.0).await;
+    // Written with its first try and covering any win within the wait plus the lease,
+    // so a server killed between a win and an index write cannot hide the lock.
+    let score: Option<i64> = redis
+        .conn()
+        .await
+        .zscore("turnstile:owner:{bob}", "idx")
+        .await?;
+    let score = score.expect("no owner index entry while waiting");
+    assert!(score >= started + 30_000 + 10_000, "entry ends at {score}");
+    waiting.abort();
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_is_woken_at_once_by_a_release() -> TestResult {
     let redis = TestRedis::start().await;
     let server = TestServer::start(&redis).await;

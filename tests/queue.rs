@@ -492,6 +492,66 @@ async fn nack_requeues_until_max_attempts_then_the_task_is_dead_until_redriven()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redrive_by_ids_and_of_hundreds_of_dead_tasks_in_bounded_runs() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    let tasks: Vec<TaskSpec> = (0..450)
+        .map(|n| TaskSpec {
+            max_attempts: 1,
+            ..spec(&format!("d{n:03}"), "x")
+        })
+        .collect();
+    enqueue(&mut queues, tasks).await?;
+    // One delivery each, nacked on its only attempt: all DEAD.
+    for task in lease(&mut queues, 1000, 30_000).await? {
+        let nacked = queues
+            .nack(NackRequest {
+                queue: "q".into(),
+                receipt: task.receipt,
+                delay: None,
+            })
+            .await?
+            .into_inner();
+        assert!(nacked.dead);
+    }
+    assert_eq!(stats(&mut queues).await?.dead, 450);
+
+    // By ids: only those named (an unknown or live id is skipped).
+    let redriven = queues
+        .redrive(RedriveRequest {
+            queue: "q".into(),
+            ids: vec!["d000".into(), "d001".into(), "nope".into()],
+        })
+        .await?
+        .into_inner()
+        .redriven;
+    assert_eq!(redriven, 2);
+    let ready = peek(&mut queues, TaskState::Ready, 10).await?;
+    assert_eq!(ids(&ready), ["d000", "d001"]);
+    assert_eq!(ready[0].attempt, 0, "attempts reset");
+
+    // All of them: several script runs, none walking the whole dead set.
+    let runs = redis.command_calls("evalsha").await;
+    let redriven = queues
+        .redrive(RedriveRequest {
+            queue: "q".into(),
+            ids: vec![],
+        })
+        .await?
+        .into_inner()
+        .redriven;
+    assert_eq!(redriven, 448);
+    assert!(
+        redis.command_calls("evalsha").await - runs >= 3,
+        "one unbounded run"
+    );
+    let after = stats(&mut queues).await?;
+    assert_eq!((after.ready, after.dead), (450, 0));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expired_lease_on_the_last_attempt_makes_the_task_dead() -> TestResult {
     let redis = TestRedis::start().await;
     let server = TestServer::start(&redis).await;

@@ -54,7 +54,7 @@ impl LockStore {
     async fn try_once(&self, spec: &AcquireSpec) -> Result<AcquireOutcome> {
         let token = new_token();
         let in_flight = self.give_back_later(&spec.name, &token);
-        let outcome = self.try_acquire(spec, &token, false).await;
+        let outcome = self.try_acquire(spec, &token, false, &mut false).await;
         in_flight.disarm();
         outcome
     }
@@ -82,6 +82,8 @@ impl LockStore {
         let token = new_token();
         let wait_until = Instant::now() + spec.wait;
         let will_wait = !spec.wait.is_zero();
+        // Whether this call's owner index entry is written (on its first try).
+        let mut indexed = false;
         let mut place = None;
         let mut permit = None;
         // The lease the head's timer was last set for, and how long to back off when
@@ -92,7 +94,9 @@ impl LockStore {
         // deadline) instead of failing a call that may still win.
         let mut retry_backoff = Duration::from_millis(50);
         loop {
-            let attempt = self.try_acquire(spec, &token, will_wait).await;
+            let attempt = self
+                .try_acquire(spec, &token, will_wait, &mut indexed)
+                .await;
             let now = Instant::now();
             let wait_over = !will_wait || now >= wait_until;
             let holder = match attempt {

@@ -8,15 +8,26 @@ use super::{
     model::{AcquireOutcome, AcquireSpec, Description, Holder, Lease},
     LockStore, INDEX_SLACK_MS,
 };
-use crate::{error::Result, redis::reply, time::now_ms};
+use crate::{
+    error::{Error, Result},
+    redis::reply,
+    time::now_ms,
+};
 
 impl LockStore {
-    /// One attempt to take the lock with `token`.
+    /// One attempt to take the lock with `token`. Until `indexed` is set, the owner
+    /// index entry (for ReleaseAll) is written alongside the script, not after it, so
+    /// a won lock costs one round trip and no crash between a win and its entry can
+    /// hide the lock: a waiting call writes it on its first try, covering any win
+    /// within its wait plus the lease, and not again. An entry for a try that lost is
+    /// harmless (ReleaseAll checks the owner). A win whose entry could not be written
+    /// is given back, since ReleaseAll could not find it.
     pub(super) async fn try_acquire(
         &self,
         spec: &AcquireSpec,
         token: &str,
         will_wait: bool,
+        indexed: &mut bool,
     ) -> Result<AcquireOutcome> {
         let keys = self.redis.keys.lock(&spec.name);
         let mut call = self.scripts.acquire.key(&keys.lock);
@@ -26,19 +37,22 @@ impl LockStore {
             .arg(ttl_ms(spec.ttl))
             .arg(&spec.request_id)
             .arg(if will_wait { "1" } else { "0" });
-        // The owner index (for ReleaseAll): a try-once call writes it alongside the
-        // script, not after, so a won lock costs one round trip; an entry for a try
-        // that lost is harmless, as ReleaseAll checks the owner. A waiting call, whose
-        // tries mostly lose, writes it only once it has won.
-        let until = now_ms() + ttl_ms(spec.ttl) as i64 + INDEX_SLACK_MS;
-        let (attempt, indexed) = if will_wait {
-            (self.redis.invoke_keyed(&keys.lock, &call).await, None)
+        let attempt = if *indexed {
+            self.redis.invoke_keyed(&keys.lock, &call).await
         } else {
-            let (attempt, indexed) = tokio::join!(
+            let wait = if will_wait { spec.wait } else { Duration::ZERO };
+            let until = now_ms() + (wait + spec.ttl).as_millis() as i64 + INDEX_SLACK_MS;
+            let (attempt, index) = tokio::join!(
                 self.redis.invoke_keyed(&keys.lock, &call),
                 self.index.record(&spec.owner, &spec.name, until)
             );
-            (attempt, Some(indexed))
+            match index {
+                Ok(()) => *indexed = true,
+                Err(err) => {
+                    tracing::debug!(lock = spec.name, cause = %err, "owner index not written")
+                }
+            }
+            attempt
         };
         let (status, text, fencing_token, expires_at_ms): (i64, String, u64, i64) = attempt?;
         if status != 1 {
@@ -48,15 +62,11 @@ impl LockStore {
                 expires_at_ms,
             }));
         }
-        let indexed = match indexed {
-            Some(indexed) => indexed,
-            None if text == token => self.index.record(&spec.owner, &spec.name, until).await,
-            None => Ok(()),
-        };
-        if let Err(err) = indexed {
-            // Not answered as won, so not left held: ReleaseAll could not find it.
+        if !*indexed {
             self.give_back(&spec.name, &text).await;
-            return Err(err);
+            return Err(Error::Unavailable(
+                "the lock was won but its ReleaseAll entry could not be written".into(),
+            ));
         }
         let lease = Lease {
             token: text,
@@ -125,25 +135,59 @@ impl LockStore {
     /// Frees every lock `owner` holds; the names freed.
     pub async fn release_all(&self, owner: &str) -> Result<Vec<String>> {
         let index = self.redis.keys.owner_locks(owner);
+        // An entry's score is its lease's end plus a slack (by a server's clock): one
+        // below now cannot be held, so the cost follows the locks that may still be
+        // held, not every name the owner ever took.
         let names: Vec<String> = self
             .redis
-            .query(redis::cmd("ZRANGE").arg(&index).arg(0).arg(-1))
+            .query(
+                redis::cmd("ZRANGE")
+                    .arg(&index)
+                    .arg(now_ms())
+                    .arg("+inf")
+                    .arg("BYSCORE"),
+            )
             .await?;
         let channel = self.redis.keys.lock_released_channel();
         let mut released = Vec::new();
-        // Each name is its own slot, so each release is its own script.
-        for name in names {
-            let keys = self.redis.keys.lock(&name);
-            let mut call = self.scripts.release_owner.key(&keys.lock);
-            call.arg(owner).arg(&channel);
-            let freed: i64 = self.redis.invoke_keyed(&keys.lock, &call).await?;
-            if freed == 1 {
-                released.push(name);
+        // Each name is its own slot, so each release is its own script; they run
+        // concurrently, pipelined on the shared sockets, a bounded number at a time.
+        for chunk in names.chunks(RELEASE_ALL_IN_FLIGHT) {
+            let mut calls = tokio::task::JoinSet::new();
+            for (at, name) in chunk.iter().enumerate() {
+                let (store, owner, channel, name) = (
+                    self.clone(),
+                    owner.to_owned(),
+                    channel.clone(),
+                    name.clone(),
+                );
+                calls.spawn(async move {
+                    let keys = store.redis.keys.lock(&name);
+                    let mut call = store.scripts.release_owner.key(&keys.lock);
+                    call.arg(&owner).arg(&channel);
+                    let freed: Result<i64> = store.redis.invoke_keyed(&keys.lock, &call).await;
+                    freed.map(|freed| (at, freed == 1))
+                });
             }
+            let mut freed = Vec::with_capacity(chunk.len());
+            while let Some(done) = calls.join_next().await {
+                let done = done.map_err(|err| Error::Internal(format!("release task: {err}")))?;
+                freed.push(done?);
+            }
+            freed.sort_unstable();
+            released.extend(
+                freed
+                    .into_iter()
+                    .filter(|&(_, was_held)| was_held)
+                    .map(|(at, _)| chunk[at].clone()),
+            );
         }
         Ok(released)
     }
 }
+
+/// How many of a ReleaseAll's release scripts are in flight at once.
+const RELEASE_ALL_IN_FLIGHT: usize = 1000;
 
 fn ttl_ms(ttl: Duration) -> u64 {
     (ttl.as_millis() as u64).max(1)

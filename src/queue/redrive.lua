@@ -1,32 +1,49 @@
--- redrive.lua: move DEAD tasks back to READY with their attempts reset.
+-- redrive.lua: move DEAD tasks back to READY with their attempts reset; at most
+-- ARGV[3] tasks per run, so one run never blocks Redis for long (the store calls it
+-- again until the dead set is drained).
 -- KEYS[1..8] as in prelude.lua
--- ARGV[1] the queue-changed channel, ARGV[2] its message, then the ids (none: all DEAD)
+-- ARGV[1] the queue-changed channel, ARGV[2] its message, ARGV[3] the most DEAD
+-- tasks to take when no ids are given, then the ids (none: the oldest DEAD tasks)
 -- No clock: a dead task's due time is in the past, so it is READY at once.
--- Returns how many tasks moved.
-local ids = {}
-if #ARGV > 2 then
-  for i = 3, #ARGV do
-    table.insert(ids, ARGV[i])
+-- Returns {moved, looked at}: a run of all DEAD tasks that looked at ARGV[3] of
+-- them may have left more.
+local ids, members = {}, nil
+if #ARGV > 3 then
+  for i = 4, #ARGV do
+    ids[#ids + 1] = ARGV[i]
   end
 else
-  for _, member in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
-    table.insert(ids, id_of(member))
+  members = redis.call('ZRANGE', KEYS[3], 0, tonumber(ARGV[3]) - 1)
+  for n, member in ipairs(members) do
+    ids[n] = id_of(member)
   end
 end
 local moved = 0
-for _, id in ipairs(ids) do
+local gone, back, writes = {}, {}, {}
+for n, id in ipairs(ids) do
   local meta = load(id)
   if meta and meta.st == 'd' then
     local member = member_of(meta, id)
-    redis.call('ZREM', KEYS[3], member)
     meta.st = 'p'
     meta.att = 0
-    store(id, meta)
-    redis.call('ZADD', KEYS[1], meta.due, member)
+    gone[#gone + 1] = member
+    back[#back + 1] = string.format('%d', meta.due)
+    back[#back + 1] = member
+    writes[#writes + 1] = id
+    writes[#writes + 1] = encode(meta)
     moved = moved + 1
+  elseif members then
+    -- A dead-set member with no dead task behind it: drop it, or the store's next
+    -- run would look at it again.
+    gone[#gone + 1] = members[n]
   end
 end
+if #gone > 0 then
+  bulk('ZREM', KEYS[3], gone)
+end
 if moved > 0 then
+  bulk('ZADD', KEYS[1], back)
+  bulk('HSET', KEYS[4], writes)
   redis.call('PUBLISH', ARGV[1], ARGV[2])
 end
-return moved
+return {moved, #ids}
