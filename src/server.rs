@@ -41,6 +41,7 @@ pub async fn run(
                 dir: config.data_dir.clone(),
                 bind: Bind::UnixSocket,
                 append_only: true,
+                fsync_always: false,
             };
             let redis = EmbeddedRedis::start(&options).await?;
             tracing::info!(url = redis.url(), dir = %redis.dir().display(), "embedded redis started");

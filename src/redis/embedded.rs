@@ -51,6 +51,9 @@ pub struct EmbeddedOptions {
     pub bind: Bind,
     /// Append-only file on (durable) or off (faster tests).
     pub append_only: bool,
+    /// With the append-only file: fsync every write (`appendfsync always`) instead of
+    /// once a second, so nothing a client was told is lost to a crash of Redis.
+    pub fsync_always: bool,
 }
 
 /// A running `redis-server` child; killed if dropped without `stop`.
@@ -96,6 +99,12 @@ impl EmbeddedRedis {
             .args([
                 "--appendonly",
                 if options.append_only { "yes" } else { "no" },
+                "--appendfsync",
+                if options.fsync_always {
+                    "always"
+                } else {
+                    "everysec"
+                },
             ])
             .stdin(Stdio::null())
             .stdout(Stdio::null())

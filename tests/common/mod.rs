@@ -73,6 +73,15 @@ impl TestRedis {
 
     /// With `append_only`, restarts keep the data (for crash tests).
     pub async fn start_with(append_only: bool) -> Self {
+        Self::start_with_options(append_only, false).await
+    }
+
+    /// With `appendfsync always` too: a SIGKILL loses no write Redis answered.
+    pub async fn start_durable() -> Self {
+        Self::start_with_options(true, true).await
+    }
+
+    async fn start_with_options(append_only: bool, fsync_always: bool) -> Self {
         init_tracing();
         let dir = TempDir::new("redis");
         for _ in 0..5 {
@@ -81,6 +90,7 @@ impl TestRedis {
                 dir: dir.0.clone(),
                 bind: Bind::Port(port),
                 append_only,
+                fsync_always,
             };
             if let Ok(redis) = EmbeddedRedis::start(&options).await {
                 return Self {

@@ -58,6 +58,7 @@ impl Target {
                         dir: dir.clone(),
                         bind: Bind::UnixSocket,
                         append_only: true,
+                        fsync_always: false,
                     })
                     .await?;
                     target.redis_url = Some(redis.url().to_owned());

@@ -1,0 +1,223 @@
+//! Faults with real processes: Redis SIGKILLed and restarted while clients enqueue,
+//! work and take locks. What a client was told is stored must still be there after.
+
+mod common;
+
+use std::{
+    collections::HashSet,
+    sync::{
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+        Arc, Mutex,
+    },
+    time::{Duration, Instant},
+};
+
+use common::{ms, with_timeout, TestRedis, TestResult, TestServer};
+use turnstile::pb::{
+    AckRequest, AcquireRequest, EnqueueRequest, LeaseRequest, ReleaseRequest, StatsRequest,
+    TaskSpec,
+};
+
+/// Waits (bounded) until `done` holds, checking every 10 ms.
+async fn until(what: &str, within: Duration, done: impl Fn() -> bool) {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < within, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// What the clients were told, shared with the checks at the end.
+#[derive(Default)]
+struct Told {
+    /// Ids whose Enqueue answered created.
+    enqueued: Mutex<HashSet<String>>,
+    /// Ids whose Ack answered true.
+    acked: Mutex<HashSet<String>>,
+    /// Every delivery, by id.
+    deliveries: AtomicUsize,
+    /// Deliveries of an id after its Ack was confirmed: must stay 0.
+    after_ack: AtomicUsize,
+    /// Fencing tokens of the won locks, in the order they were won.
+    fencing: Mutex<Vec<u64>>,
+    stop: AtomicBool,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_confirmed_is_lost_when_redis_is_sigkilled_with_fsync_always() -> TestResult {
+    let mut redis = TestRedis::start_durable().await;
+    let server = TestServer::start(&redis).await;
+    let told = Arc::new(Told::default());
+    let call = Duration::from_secs(2);
+
+    let producer = tokio::spawn({
+        let (told, mut queues) = (told.clone(), server.queues().await);
+        async move {
+            let mut batch = 0;
+            while !told.stop.load(Ordering::SeqCst) {
+                batch += 1;
+                let tasks = (0..5)
+                    .map(|k| TaskSpec {
+                        id: format!("t{batch}-{k}"),
+                        payload: b"x".to_vec().into(),
+                        ..Default::default()
+                    })
+                    .collect();
+                let request = EnqueueRequest {
+                    queue: "q".into(),
+                    tasks,
+                };
+                match queues.enqueue(with_timeout(request, call)).await {
+                    Ok(reply) => {
+                        let mut enqueued = told.enqueued.lock().unwrap();
+                        for result in reply.into_inner().results {
+                            assert!(result.created);
+                            enqueued.insert(result.id);
+                        }
+                    }
+                    // Not confirmed: it may or may not be stored, and counts for nothing.
+                    Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
+            }
+        }
+    });
+    let consumer = tokio::spawn({
+        let (told, mut queues) = (told.clone(), server.queues().await);
+        async move {
+            loop {
+                let request = LeaseRequest {
+                    queue: "q".into(),
+                    max_tasks: 10,
+                    visibility: ms(1_000),
+                    wait: ms(200),
+                    auto_ack: false,
+                };
+                let tasks = match queues.lease(with_timeout(request, call)).await {
+                    Ok(reply) => reply.into_inner().tasks,
+                    Err(_) => {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
+                };
+                if tasks.is_empty() && told.stop.load(Ordering::SeqCst) {
+                    let (enqueued, acked) =
+                        (told.enqueued.lock().unwrap(), told.acked.lock().unwrap());
+                    if enqueued.is_subset(&acked) {
+                        return;
+                    }
+                }
+                for task in &tasks {
+                    told.deliveries.fetch_add(1, Ordering::SeqCst);
+                    if told.acked.lock().unwrap().contains(&task.id) {
+                        told.after_ack.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                let request = AckRequest {
+                    queue: "q".into(),
+                    receipts: tasks.iter().map(|t| t.receipt.clone()).collect(),
+                };
+                if let Ok(reply) = queues.ack(with_timeout(request, call)).await {
+                    let mut acked = told.acked.lock().unwrap();
+                    for (task, done) in tasks.iter().zip(reply.into_inner().acked) {
+                        if done {
+                            acked.insert(task.id.clone());
+                        }
+                    }
+                }
+            }
+        }
+    });
+    let locker = tokio::spawn({
+        let (told, mut locks) = (told.clone(), server.locks().await);
+        async move {
+            while !told.stop.load(Ordering::SeqCst) {
+                let request = AcquireRequest {
+                    name: "fence".into(),
+                    owner: "locker".into(),
+                    ttl: ms(5_000),
+                    wait: None,
+                    request_id: String::new(),
+                };
+                let Ok(won) = locks.acquire(with_timeout(request, call)).await else {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                };
+                let won = won.into_inner();
+                if won.acquired {
+                    told.fencing.lock().unwrap().push(won.fencing_token);
+                    let request = ReleaseRequest {
+                        name: "fence".into(),
+                        token: won.token,
+                    };
+                    let _ = locks.release(with_timeout(request, call)).await;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    });
+
+    let enqueued = || told.enqueued.lock().unwrap().len();
+    until("200 tasks confirmed", Duration::from_secs(30), || {
+        enqueued() >= 200
+    })
+    .await;
+    let locks_before = told.fencing.lock().unwrap().len();
+    redis.kill().await;
+    redis.restart().await;
+    let at_restart = enqueued();
+    until(
+        "200 more confirmed after the restart",
+        Duration::from_secs(30),
+        || enqueued() >= at_restart + 200,
+    )
+    .await;
+    until(
+        "locks won after the restart",
+        Duration::from_secs(30),
+        || told.fencing.lock().unwrap().len() > locks_before + 5,
+    )
+    .await;
+    told.stop.store(true, Ordering::SeqCst);
+    producer.await?;
+    locker.await?;
+    tokio::time::timeout(Duration::from_secs(30), consumer)
+        .await
+        .map_err(|_| {
+            let lost = told
+                .enqueued
+                .lock()
+                .unwrap()
+                .difference(&told.acked.lock().unwrap())
+                .count();
+            format!("{lost} confirmed tasks never delivered and acked")
+        })??;
+
+    let (confirmed, acked) = (enqueued(), told.acked.lock().unwrap().len());
+    let deliveries = told.deliveries.load(Ordering::SeqCst);
+    println!(
+        "tasks confirmed {confirmed}, acked {acked}, deliveries {deliveries}, \
+         duplicates {}, deliveries after a confirmed ack {}",
+        deliveries - acked,
+        told.after_ack.load(Ordering::SeqCst)
+    );
+    assert_eq!(
+        told.after_ack.load(Ordering::SeqCst),
+        0,
+        "an acked task came back"
+    );
+    let fencing = told.fencing.lock().unwrap();
+    assert!(
+        fencing.windows(2).all(|pair| pair[0] < pair[1]),
+        "fencing tokens went backwards across the restart"
+    );
+    let mut queues = server.queues().await;
+    let stats = queues
+        .stats(StatsRequest { queue: "q".into() })
+        .await?
+        .into_inner();
+    assert_eq!(
+        (stats.ready, stats.delayed, stats.in_flight, stats.dead),
+        (0, 0, 0, 0)
+    );
+    Ok(())
+}
