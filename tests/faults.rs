@@ -205,7 +205,7 @@ async fn nothing_confirmed_is_lost_when_redis_is_sigkilled_with_fsync_always() -
         0,
         "an acked task came back"
     );
-    let fencing = told.fencing.lock().unwrap();
+    let fencing = told.fencing.lock().unwrap().clone();
     assert!(
         fencing.windows(2).all(|pair| pair[0] < pair[1]),
         "fencing tokens went backwards across the restart"
@@ -219,5 +219,175 @@ async fn nothing_confirmed_is_lost_when_redis_is_sigkilled_with_fsync_always() -
         (stats.ready, stats.delayed, stats.in_flight, stats.dead),
         (0, 0, 0, 0)
     );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn everything_recovers_when_redis_is_killed_and_restarted_under_load() -> TestResult {
+    use tokio_stream::StreamExt;
+    use tonic::Code;
+    use tonic_health::pb::{
+        health_check_response::ServingStatus, health_client::HealthClient, HealthCheckRequest,
+    };
+    use turnstile::pb::{hold_response, subscribe_response, HoldRequest, SubscribeRequest};
+
+    let mut redis = TestRedis::start_durable().await;
+    let server =
+        TestServer::start_with(&redis, |c| c.redis_timeout = Duration::from_millis(500)).await;
+    let mut health = HealthClient::new(server.channel().await);
+    let ready = |health: &mut HealthClient<tonic::transport::Channel>| {
+        let mut health = health.clone();
+        async move {
+            let reply = health
+                .check(HealthCheckRequest {
+                    service: String::new(),
+                })
+                .await
+                .expect("health answers even while Redis is down");
+            reply.into_inner().status == ServingStatus::Serving as i32
+        }
+    };
+    let acquire = |owner: &str, wait_ms: i64| AcquireRequest {
+        name: "held".into(),
+        owner: owner.into(),
+        ttl: ms(60_000),
+        wait: ms(wait_ms),
+        request_id: String::new(),
+    };
+
+    // Busy: a lock with a waiter, a Hold, a subscriber and a long poll.
+    let mut locks = server.locks().await;
+    let alice = locks.acquire(acquire("alice", 0)).await?.into_inner();
+    let mut bob = server.locks().await;
+    let waiting = tokio::spawn(async move { bob.acquire(acquire("bob", 30_000)).await });
+    server.wait_metric("turnstile_waiting_calls", 1.0).await;
+    let mut hold = locks
+        .hold(HoldRequest {
+            name: "kept".into(),
+            owner: "carol".into(),
+            ttl: ms(1_000),
+            wait: None,
+        })
+        .await?
+        .into_inner();
+    let first = hold.next().await.expect("an event")?;
+    assert!(matches!(
+        first.event,
+        Some(hold_response::Event::Acquired(_))
+    ));
+    let mut queues = server.queues().await;
+    let mut subscription = queues
+        .subscribe(SubscribeRequest {
+            queue: "pushed".into(),
+            max_in_flight: 10,
+            visibility: ms(30_000),
+            worker_id: String::new(),
+        })
+        .await?
+        .into_inner();
+    let looks = redis.command_calls("evalsha").await;
+    let mut poller = server.queues().await;
+    let polling = tokio::spawn(async move {
+        poller
+            .lease(LeaseRequest {
+                queue: "polled".into(),
+                max_tasks: 1,
+                visibility: ms(30_000),
+                wait: ms(20_000),
+                auto_ack: false,
+            })
+            .await
+    });
+    redis.wait_command_calls_above("evalsha", looks).await;
+
+    // Redis dies: readiness drops, calls answer UNAVAILABLE within their deadline, and
+    // the Hold, unable to renew past its 1 s lease, says Lost.
+    redis.kill().await;
+    let started = Instant::now();
+    while ready(&mut health).await {
+        assert!(started.elapsed() < Duration::from_secs(10), "still SERVING");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let status = queues
+        .stats(with_timeout(
+            StatsRequest {
+                queue: "pushed".into(),
+            },
+            Duration::from_secs(1),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    let lost = loop {
+        let event = tokio::time::timeout(Duration::from_secs(10), hold.next())
+            .await?
+            .expect("Lost before the end")?;
+        match event.event {
+            Some(hold_response::Event::Lost(lost)) => break lost,
+            Some(hold_response::Event::Heartbeat(_) | hold_response::Event::Renewed(_)) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert!(lost.reason.contains("redis"), "{}", lost.reason);
+
+    // Redis is back (its AOF kept alice's lock): readiness returns by itself, and every
+    // waiter and stream resumes without a restart of the server.
+    redis.restart().await;
+    let started = Instant::now();
+    while !ready(&mut health).await {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "never SERVING again"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let started = Instant::now();
+    loop {
+        let request = ReleaseRequest {
+            name: "held".into(),
+            token: alice.token.clone(),
+        };
+        match locks.release(request).await {
+            Ok(reply) => {
+                assert!(reply.into_inner().released);
+                break;
+            }
+            Err(status) => {
+                assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+                assert!(started.elapsed() < Duration::from_secs(10), "{status:?}");
+            }
+        }
+    }
+    // Woken at once, not at alice's lease end in 60 s.
+    let won = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await???
+        .into_inner();
+    assert!(won.acquired, "the waiter did not resume");
+    for queue in ["pushed", "polled"] {
+        queues
+            .enqueue(EnqueueRequest {
+                queue: queue.into(),
+                tasks: vec![TaskSpec {
+                    id: format!("after-{queue}"),
+                    ..Default::default()
+                }],
+            })
+            .await?;
+    }
+    let pushed = loop {
+        let message = tokio::time::timeout(Duration::from_secs(5), subscription.next())
+            .await?
+            .expect("the subscription survived")?;
+        if let Some(subscribe_response::Event::Task(task)) = message.event {
+            break task;
+        }
+    };
+    assert_eq!(pushed.id, "after-pushed");
+    let polled = tokio::time::timeout(Duration::from_secs(5), polling)
+        .await???
+        .into_inner()
+        .tasks;
+    assert_eq!(polled.len(), 1, "the long poll did not resume");
+    assert_eq!(polled[0].id, "after-polled");
     Ok(())
 }
