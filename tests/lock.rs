@@ -566,9 +566,10 @@ async fn a_waiter_is_woken_at_once_by_a_release() -> TestResult {
     let (reply, won_at) = waiting.await?;
     assert!(reply?.into_inner().acquired);
     let late = won_at - released_at;
-    // Push-based: milliseconds, not a poll interval (generous bound for shared machines).
+    // Woken by the release, not by the lease ending in 30 s (milliseconds when idle;
+    // a generous bound for shared machines: the bench measures the real handoff).
     assert!(
-        late < Duration::from_millis(100),
+        late < Duration::from_secs(1),
         "woken {late:?} after the release"
     );
     Ok(())
@@ -658,7 +659,11 @@ async fn waiting_does_not_poll_redis() -> TestResult {
     tokio::time::sleep(Duration::from_secs(2)).await;
     // Only the readiness probe (one PING a second) and our own INFO calls.
     let spent = redis.total_commands().await - before;
-    assert!(spent <= 5, "{spent} commands while 10 calls waited for 2 s");
+    // Polling waiters would send hundreds (10 waiters, even at 10 Hz, is 200).
+    assert!(
+        spent <= 10,
+        "{spent} commands while 10 calls waited for 2 s"
+    );
     for waiter in waiters {
         assert!(!waiter.await??.into_inner().acquired);
     }
@@ -703,8 +708,10 @@ async fn a_caller_whose_deadline_passes_gets_deadline_exceeded_and_never_the_loc
         ))
         .await
         .unwrap_err();
+    // The server's own answer (a client-side timeout would be CANCELLED), in time.
     assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
-    assert!(started.elapsed() < Duration::from_millis(300));
+    assert!(status.message().contains("deadline exceeded while waiting"));
+    assert!(started.elapsed() < Duration::from_secs(5));
     // Bob's wait is over on the server too, so nobody can win the lock after this.
     server.wait_metric("turnstile_waiting_calls", 0.0).await;
     locks.release(release("dl", &held.token)).await?;
@@ -930,7 +937,8 @@ async fn hold_renews_the_lease_and_releases_at_once_when_cancelled() -> TestResu
     let started = Instant::now();
     while is_held(&mut locks, "held").await? {
         assert!(
-            started.elapsed() < Duration::from_millis(250),
+            // Its lease ran at least 1 s more: released, not expired.
+            started.elapsed() < Duration::from_millis(800),
             "not released when the stream closed"
         );
         tokio::time::sleep(Duration::from_millis(5)).await;

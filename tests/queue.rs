@@ -785,7 +785,7 @@ async fn a_waiting_lease_returns_as_soon_as_a_task_is_enqueued_or_falls_due() ->
     let (tasks, got, mut worker) = waiting.await?;
     assert_eq!(ids(&tasks?), ["pushed"]);
     assert!(
-        got - sent < Duration::from_millis(100),
+        got - sent < Duration::from_secs(1),
         "woken {:?} after the enqueue",
         got - sent
     );
@@ -945,9 +945,10 @@ async fn a_long_poll_whose_deadline_passes_answers_deadline_exceeded() -> TestRe
         ))
         .await
         .unwrap_err();
+    // Answered by the server itself (a client-side timeout would be CANCELLED).
     assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
-    // Answered by the server itself, before the caller's own deadline fired.
-    assert!(started.elapsed() < Duration::from_millis(300));
+    assert!(status.message().contains("deadline exceeded while waiting"));
+    assert!(started.elapsed() < Duration::from_secs(5));
     Ok(())
 }
 
