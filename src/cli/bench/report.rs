@@ -63,26 +63,31 @@ impl Report {
     /// One JSON object on one line.
     pub fn to_json(&self) -> String {
         let mut out = format!("{{\"scenario\":\"{}\"", self.scenario);
-        let mut number = |key: &str, value: Option<f64>| {
+        // A NaN or infinity is `null`: bare NaN is not JSON.
+        let number = |out: &mut String, key: &str, value: Option<f64>| {
             let _ = match value {
                 Some(v) if v.is_finite() => write!(out, ",\"{key}\":{}", round(v)),
                 _ => write!(out, ",\"{key}\":null"),
             };
         };
-        number("ops_per_s", Some(self.ops_per_s));
-        number("p50_ms", self.latency.map(|l| l.0));
-        number("p99_ms", self.latency.map(|l| l.1));
-        number("max_ms", self.latency.map(|l| l.2));
+        number(&mut out, "ops_per_s", Some(self.ops_per_s));
+        number(&mut out, "p50_ms", self.latency.map(|l| l.0));
+        number(&mut out, "p99_ms", self.latency.map(|l| l.1));
+        number(&mut out, "max_ms", self.latency.map(|l| l.2));
         if self.floor_ops_per_s.is_some() {
-            number("floor_ops_per_s", self.floor_ops_per_s);
-            number("ratio_to_floor", self.ratio_to_floor());
+            number(&mut out, "floor_ops_per_s", self.floor_ops_per_s);
+            number(&mut out, "ratio_to_floor", self.ratio_to_floor());
         }
         for (key, value) in &self.extras {
-            let _ = match value {
-                Extra::Number(v) => write!(out, ",\"{key}\":{}", round(*v)),
-                Extra::Count(n) => write!(out, ",\"{key}\":{n}"),
-                Extra::Text(text) => write!(out, ",\"{key}\":\"{}\"", escape(text)),
-            };
+            match value {
+                Extra::Number(v) => number(&mut out, key, Some(*v)),
+                Extra::Count(n) => {
+                    let _ = write!(out, ",\"{key}\":{n}");
+                }
+                Extra::Text(text) => {
+                    let _ = write!(out, ",\"{key}\":\"{}\"", escape(text));
+                }
+            }
         }
         out.push('}');
         out
