@@ -1,0 +1,541 @@
+//! Bad input, table-driven: every RPC × every field × {empty, too long, control
+//! characters, negative, zero, over the maximum, unknown enum value} answers
+//! INVALID_ARGUMENT naming the field as the `.proto` spells it, in the message and in a
+//! `google.rpc.BadRequest`, and never reaches Redis.
+
+mod common;
+
+use std::{future::Future, pin::Pin};
+
+use common::{ms, TestRedis, TestResult, TestServer};
+use prost::Message;
+use tonic::{Code, Status};
+use turnstile::{
+    error::rich::{BadRequest, RpcStatus, BAD_REQUEST_TYPE},
+    pb::{
+        task_spec::Schedule, AckRequest, AcquireRequest, CancelRequest, DescribeRequest,
+        EnqueueRequest, ExtendLeaseRequest, ExtendRequest, HoldRequest, LeaseRequest, NackRequest,
+        PeekRequest, RedriveRequest, ReleaseAllRequest, ReleaseRequest, StatsRequest,
+        SubscribeRequest, TaskSpec,
+    },
+};
+
+type Call = Pin<Box<dyn Future<Output = Result<(), Status>> + Send>>;
+
+/// The field an INVALID_ARGUMENT names: its message starts with it, and its details
+/// are a google.rpc.Status holding one BadRequest for the same field.
+fn named_field(status: &Status) -> String {
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    let rpc = RpcStatus::decode(status.details()).expect("google.rpc.Status in the details");
+    assert_eq!(rpc.code, Code::InvalidArgument as i32);
+    let any = rpc.details.first().expect("one detail");
+    assert_eq!(any.type_url, BAD_REQUEST_TYPE);
+    let bad = BadRequest::decode(any.value.as_slice()).expect("a BadRequest");
+    let field = bad.field_violations[0].field.clone();
+    assert!(
+        status.message().starts_with(&format!("{field}: ")),
+        "message {:?} does not start with {field}",
+        status.message()
+    );
+    field
+}
+
+fn neg() -> Option<prost_types::Duration> {
+    Some(prost_types::Duration {
+        seconds: -1,
+        nanos: 0,
+    })
+}
+
+fn zero() -> Option<prost_types::Duration> {
+    ms(0)
+}
+
+fn hours(n: i64) -> Option<prost_types::Duration> {
+    Some(prost_types::Duration {
+        seconds: n * 3600,
+        nanos: 0,
+    })
+}
+
+fn text(n: usize) -> String {
+    "x".repeat(n)
+}
+
+const CONTROL: &str = "a\u{7}b";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_bad_field_of_every_rpc_is_invalid_argument_naming_it_before_redis() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let locks = server.locks().await;
+    let queues = server.queues().await;
+    let mut cases: Vec<(String, &str, Call)> = Vec::new();
+    macro_rules! case {
+        ($client:ident . $method:ident, $field:literal, $request:expr) => {{
+            let mut client = $client.clone();
+            let request = $request;
+            let label = format!("{} {:?}", stringify!($method), request);
+            cases.push((
+                label.chars().take(160).collect(),
+                $field,
+                Box::pin(async move { client.$method(request).await.map(|_| ()) }),
+            ));
+        }};
+    }
+
+    let acquire = || AcquireRequest {
+        name: "n".into(),
+        owner: "o".into(),
+        ..Default::default()
+    };
+    for name in ["", &text(513)[..], CONTROL] {
+        case!(
+            locks.acquire,
+            "name",
+            AcquireRequest {
+                name: name.into(),
+                ..acquire()
+            }
+        );
+    }
+    for owner in ["", &text(257)[..], CONTROL] {
+        case!(
+            locks.acquire,
+            "owner",
+            AcquireRequest {
+                owner: owner.into(),
+                ..acquire()
+            }
+        );
+    }
+    for ttl in [neg(), zero(), hours(25)] {
+        case!(locks.acquire, "ttl", AcquireRequest { ttl, ..acquire() });
+    }
+    for wait in [neg(), hours(2)] {
+        case!(locks.acquire, "wait", AcquireRequest { wait, ..acquire() });
+    }
+    for request_id in [&text(257)[..], CONTROL] {
+        case!(
+            locks.acquire,
+            "request_id",
+            AcquireRequest {
+                request_id: request_id.into(),
+                ..acquire()
+            }
+        );
+    }
+    let release = || ReleaseRequest {
+        name: "n".into(),
+        token: "t".into(),
+    };
+    case!(
+        locks.release,
+        "name",
+        ReleaseRequest {
+            name: "".into(),
+            ..release()
+        }
+    );
+    for token in ["", &text(1025)[..]] {
+        case!(
+            locks.release,
+            "token",
+            ReleaseRequest {
+                token: token.into(),
+                ..release()
+            }
+        );
+    }
+    let extend = || ExtendRequest {
+        name: "n".into(),
+        token: "t".into(),
+        ttl: None,
+    };
+    case!(
+        locks.extend,
+        "name",
+        ExtendRequest {
+            name: CONTROL.into(),
+            ..extend()
+        }
+    );
+    case!(
+        locks.extend,
+        "token",
+        ExtendRequest {
+            token: "".into(),
+            ..extend()
+        }
+    );
+    for ttl in [neg(), zero(), hours(25)] {
+        case!(locks.extend, "ttl", ExtendRequest { ttl, ..extend() });
+    }
+    case!(
+        locks.describe,
+        "name",
+        DescribeRequest {
+            name: "".into(),
+            token: "".into()
+        }
+    );
+    case!(
+        locks.describe,
+        "token",
+        DescribeRequest {
+            name: "n".into(),
+            token: text(1025)
+        }
+    );
+    for owner in ["", &text(257)[..], CONTROL] {
+        case!(
+            locks.release_all,
+            "owner",
+            ReleaseAllRequest {
+                owner: owner.into()
+            }
+        );
+    }
+    let hold = || HoldRequest {
+        name: "n".into(),
+        owner: "o".into(),
+        ttl: None,
+        wait: None,
+    };
+    case!(
+        locks.hold,
+        "name",
+        HoldRequest {
+            name: "".into(),
+            ..hold()
+        }
+    );
+    case!(
+        locks.hold,
+        "owner",
+        HoldRequest {
+            owner: CONTROL.into(),
+            ..hold()
+        }
+    );
+    case!(
+        locks.hold,
+        "ttl",
+        HoldRequest {
+            ttl: zero(),
+            ..hold()
+        }
+    );
+    case!(
+        locks.hold,
+        "wait",
+        HoldRequest {
+            wait: neg(),
+            ..hold()
+        }
+    );
+
+    let task = || TaskSpec {
+        id: "i".into(),
+        ..Default::default()
+    };
+    let enqueue = |tasks: Vec<TaskSpec>| EnqueueRequest {
+        queue: "q".into(),
+        tasks,
+    };
+    for queue in ["", &text(513)[..], CONTROL] {
+        case!(
+            queues.enqueue,
+            "queue",
+            EnqueueRequest {
+                queue: queue.into(),
+                ..enqueue(vec![task()])
+            }
+        );
+    }
+    case!(queues.enqueue, "tasks", enqueue(vec![]));
+    case!(queues.enqueue, "tasks", enqueue(vec![task(); 1001]));
+    for id in [&text(257)[..], CONTROL] {
+        case!(
+            queues.enqueue,
+            "id",
+            enqueue(vec![TaskSpec {
+                id: id.into(),
+                ..task()
+            }])
+        );
+    }
+    case!(
+        queues.enqueue,
+        "payload",
+        enqueue(vec![TaskSpec {
+            payload: vec![0; 1024 * 1024 + 1].into(),
+            ..task()
+        }])
+    );
+    case!(
+        queues.enqueue,
+        "delay",
+        enqueue(vec![TaskSpec {
+            schedule: Some(Schedule::Delay(neg().unwrap())),
+            ..task()
+        }])
+    );
+    case!(
+        queues.enqueue,
+        "due_at",
+        enqueue(vec![TaskSpec {
+            schedule: Some(Schedule::DueAt(prost_types::Timestamp {
+                seconds: 0,
+                nanos: 2_000_000_000
+            })),
+            ..task()
+        }])
+    );
+    case!(
+        queues.enqueue,
+        "on_duplicate",
+        enqueue(vec![TaskSpec {
+            on_duplicate: 99,
+            ..task()
+        }])
+    );
+    case!(
+        queues.enqueue,
+        "dedupe_window",
+        enqueue(vec![TaskSpec {
+            dedupe_window: neg(),
+            ..task()
+        }])
+    );
+    let lease = || LeaseRequest {
+        queue: "q".into(),
+        ..Default::default()
+    };
+    case!(
+        queues.lease,
+        "queue",
+        LeaseRequest {
+            queue: "".into(),
+            ..lease()
+        }
+    );
+    case!(
+        queues.lease,
+        "max_tasks",
+        LeaseRequest {
+            max_tasks: 1001,
+            ..lease()
+        }
+    );
+    for visibility in [neg(), zero()] {
+        case!(
+            queues.lease,
+            "visibility",
+            LeaseRequest {
+                visibility,
+                ..lease()
+            }
+        );
+    }
+    for wait in [neg(), hours(2)] {
+        case!(queues.lease, "wait", LeaseRequest { wait, ..lease() });
+    }
+    let ack = |receipts: Vec<String>| AckRequest {
+        queue: "q".into(),
+        receipts,
+    };
+    case!(
+        queues.ack,
+        "queue",
+        AckRequest {
+            queue: CONTROL.into(),
+            ..ack(vec![])
+        }
+    );
+    case!(queues.ack, "receipts", ack(vec!["".into()]));
+    case!(queues.ack, "receipts", ack(vec![text(1025)]));
+    case!(queues.ack, "receipts", ack(vec!["r".into(); 1001]));
+    let nack = || NackRequest {
+        queue: "q".into(),
+        receipt: "r".into(),
+        delay: None,
+    };
+    case!(
+        queues.nack,
+        "queue",
+        NackRequest {
+            queue: "".into(),
+            ..nack()
+        }
+    );
+    case!(
+        queues.nack,
+        "receipt",
+        NackRequest {
+            receipt: "".into(),
+            ..nack()
+        }
+    );
+    case!(
+        queues.nack,
+        "delay",
+        NackRequest {
+            delay: neg(),
+            ..nack()
+        }
+    );
+    let extend_lease = || ExtendLeaseRequest {
+        queue: "q".into(),
+        receipt: "r".into(),
+        visibility: None,
+    };
+    case!(
+        queues.extend_lease,
+        "queue",
+        ExtendLeaseRequest {
+            queue: text(513),
+            ..extend_lease()
+        }
+    );
+    case!(
+        queues.extend_lease,
+        "receipt",
+        ExtendLeaseRequest {
+            receipt: "".into(),
+            ..extend_lease()
+        }
+    );
+    for visibility in [neg(), zero()] {
+        case!(
+            queues.extend_lease,
+            "visibility",
+            ExtendLeaseRequest {
+                visibility,
+                ..extend_lease()
+            }
+        );
+    }
+    let peek = || PeekRequest {
+        queue: "q".into(),
+        state: 0,
+        limit: 0,
+    };
+    case!(
+        queues.peek,
+        "queue",
+        PeekRequest {
+            queue: "".into(),
+            ..peek()
+        }
+    );
+    case!(
+        queues.peek,
+        "state",
+        PeekRequest {
+            state: 99,
+            ..peek()
+        }
+    );
+    case!(
+        queues.peek,
+        "limit",
+        PeekRequest {
+            limit: 1001,
+            ..peek()
+        }
+    );
+    let cancel = |ids: Vec<String>| CancelRequest {
+        queue: "q".into(),
+        ids,
+    };
+    case!(
+        queues.cancel,
+        "queue",
+        CancelRequest {
+            queue: "".into(),
+            ..cancel(vec!["i".into()])
+        }
+    );
+    case!(queues.cancel, "ids", cancel(vec![]));
+    case!(queues.cancel, "ids", cancel(vec![CONTROL.into()]));
+    case!(queues.cancel, "ids", cancel(vec![text(257)]));
+    case!(queues.cancel, "ids", cancel(vec!["i".into(); 1001]));
+    let redrive = |ids: Vec<String>| RedriveRequest {
+        queue: "q".into(),
+        ids,
+    };
+    case!(
+        queues.redrive,
+        "queue",
+        RedriveRequest {
+            queue: CONTROL.into(),
+            ..redrive(vec![])
+        }
+    );
+    case!(queues.redrive, "ids", redrive(vec![CONTROL.into()]));
+    case!(queues.redrive, "ids", redrive(vec!["i".into(); 1001]));
+    for queue in ["", &text(513)[..], CONTROL] {
+        case!(
+            queues.stats,
+            "queue",
+            StatsRequest {
+                queue: queue.into()
+            }
+        );
+    }
+    let subscribe = || SubscribeRequest {
+        queue: "q".into(),
+        ..Default::default()
+    };
+    case!(
+        queues.subscribe,
+        "queue",
+        SubscribeRequest {
+            queue: "".into(),
+            ..subscribe()
+        }
+    );
+    case!(
+        queues.subscribe,
+        "max_in_flight",
+        SubscribeRequest {
+            max_in_flight: 1001,
+            ..subscribe()
+        }
+    );
+    for visibility in [neg(), zero()] {
+        case!(
+            queues.subscribe,
+            "visibility",
+            SubscribeRequest {
+                visibility,
+                ..subscribe()
+            }
+        );
+    }
+    for worker_id in [&text(257)[..], CONTROL] {
+        case!(
+            queues.subscribe,
+            "worker_id",
+            SubscribeRequest {
+                worker_id: worker_id.into(),
+                ..subscribe()
+            }
+        );
+    }
+
+    let scripts = redis.command_calls("evalsha").await;
+    let total = cases.len();
+    for (label, field, call) in cases {
+        let status = call.await.expect_err(&label);
+        assert_eq!(named_field(&status), field, "{label}");
+    }
+    assert_eq!(total, 79, "cases dropped from the table");
+    assert_eq!(
+        redis.command_calls("evalsha").await,
+        scripts,
+        "bad input reached Redis"
+    );
+    Ok(())
+}
