@@ -1315,3 +1315,36 @@ async fn scripts_run_by_sha_and_reload_after_redis_forgets_them() -> TestResult 
     assert_eq!(released, ["sha"]);
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unset_durations_mean_the_defaults_and_maximums_are_inclusive() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut locks = server.locks().await;
+    // ttl unset: 15 s, for Acquire and for Extend.
+    let before = turnstile::time::now_ms();
+    let won = locks
+        .acquire(AcquireRequest {
+            name: "d".into(),
+            owner: "o".into(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    let lease = unix_ms(&won.expires_at) - before;
+    assert!((14_000..=16_000).contains(&lease), "a lease of {lease} ms");
+    let before = turnstile::time::now_ms();
+    let extended = locks
+        .extend(ExtendRequest {
+            name: "d".into(),
+            token: won.token.clone(),
+            ttl: None,
+        })
+        .await?
+        .into_inner();
+    let lease = unix_ms(&extended.expires_at) - before;
+    assert!((14_000..=16_000).contains(&lease), "extended by {lease} ms");
+    // ttl of exactly 24 h and wait of exactly 1 h are accepted.
+    assert!(wins(&mut locks, acquire("max", "o", 24 * 3_600_000, 3_600_000)).await?);
+    Ok(())
+}

@@ -532,3 +532,51 @@ fn bench_runs_the_fixed_length_scenarios() {
         ],
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settings_are_read_from_their_turnstile_environment_variables() -> TestResult {
+    let redis = TestRedis::start().await;
+    let port = turnstile::redis::embedded::free_port()?;
+    let mut server = Reaped(
+        Command::new(BIN)
+            .arg("serve")
+            .env("TURNSTILE_LISTEN", format!("127.0.0.1:{port}"))
+            .env("TURNSTILE_REDIS_URL", redis.url())
+            .env("TURNSTILE_METRICS_LISTEN", "127.0.0.1:0")
+            .env("TURNSTILE_KEY_PREFIX", "envtest")
+            .env("TURNSTILE_LOG_FORMAT", "json")
+            .env("TURNSTILE_STREAM_HEARTBEAT", "100ms")
+            .env("TURNSTILE_MAX_STREAMS", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()?,
+    );
+    // TURNSTILE_LOG_FORMAT=json and TURNSTILE_LISTEN.
+    let line = ready_line(&mut server);
+    assert_eq!(json_field(&line, "addr"), format!("127.0.0.1:{port}"));
+    let mut locks = LockServiceClient::connect(format!("http://127.0.0.1:{port}")).await?;
+    let hold = |name: &str| HoldRequest {
+        name: name.into(),
+        owner: "env".into(),
+        ttl: ms(60_000),
+        wait: None,
+    };
+    let mut stream = locks.hold(hold("e")).await?.into_inner();
+    let acquired = stream.next().await.expect("an event")?;
+    assert!(matches!(acquired.event, Some(Event::Acquired(_))));
+    // TURNSTILE_STREAM_HEARTBEAT=100ms: a heartbeat long before the 15 s default.
+    let beat = tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await?
+        .expect("an event")?;
+    assert!(matches!(beat.event, Some(Event::Heartbeat(_))), "{beat:?}");
+    // TURNSTILE_MAX_STREAMS=1.
+    let refused = locks.hold(hold("f")).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+    // TURNSTILE_KEY_PREFIX=envtest (through TURNSTILE_REDIS_URL's Redis).
+    let exists: bool = redis::cmd("EXISTS")
+        .arg("envtest:lock:{e}")
+        .query_async(&mut redis.conn().await)
+        .await?;
+    assert!(exists, "no key under the prefix");
+    Ok(())
+}

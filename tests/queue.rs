@@ -1086,3 +1086,185 @@ async fn bad_queue_input_is_invalid_argument_naming_the_field() -> TestResult {
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counts_of_zero_and_unset_durations_mean_the_defaults() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    let tasks = (0..12).map(|n| spec(&format!("t{n:02}"), "x")).collect();
+    enqueue(&mut queues, tasks).await?;
+    // limit 0: 10 tasks; max_attempts 0: 25.
+    let peeked = peek(&mut queues, TaskState::Ready, 0).await?;
+    assert_eq!(peeked.len(), 10);
+    assert_eq!(peeked[0].max_attempts, 25);
+    // max_tasks 0: one task; visibility unset: a 30 s lease.
+    let before = turnstile::time::now_ms();
+    let leased = queues
+        .lease(LeaseRequest {
+            queue: "q".into(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner()
+        .tasks;
+    assert_eq!(leased.len(), 1);
+    let lease_ms = unix_ms(&leased[0].lease_expires_at) - before;
+    assert!(
+        (29_000..=31_000).contains(&lease_ms),
+        "lease of {lease_ms} ms"
+    );
+    // ExtendLease with visibility unset: 30 s again.
+    let before = turnstile::time::now_ms();
+    let extended = queues
+        .extend_lease(ExtendLeaseRequest {
+            queue: "q".into(),
+            receipt: leased[0].receipt.clone(),
+            visibility: None,
+        })
+        .await?
+        .into_inner();
+    let lease_ms = unix_ms(&extended.lease_expires_at) - before;
+    assert!(
+        (29_000..=31_000).contains(&lease_ms),
+        "extended by {lease_ms} ms"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn maximums_are_inclusive() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    let tasks: Vec<TaskSpec> = (0..1000).map(|n| spec(&format!("t{n:04}"), "x")).collect();
+    assert_eq!(enqueue(&mut queues, tasks).await?.len(), 1000);
+    assert_eq!(peek(&mut queues, TaskState::Ready, 1000).await?.len(), 1000);
+    // A 1 h wait returns at once when tasks are there; 1,000 tasks in one lease.
+    let leased = queues
+        .lease(LeaseRequest {
+            wait: ms(3_600_000),
+            ..lease_request(1000, 30_000)
+        })
+        .await?
+        .into_inner()
+        .tasks;
+    assert_eq!(leased.len(), 1000);
+    let receipts: Vec<&str> = leased.iter().map(|t| t.receipt.as_str()).collect();
+    assert!(ack(&mut queues, &receipts)
+        .await?
+        .iter()
+        .all(|&acked| acked));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replace_moves_a_delayed_task_and_adopts_the_new_attempts_and_window() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    enqueue(&mut queues, vec![delayed("r", 60_000)]).await?;
+    assert_eq!(stats(&mut queues).await?.delayed, 1);
+    let new = TaskSpec {
+        max_attempts: 2,
+        dedupe_window: ms(60_000),
+        ..replacing(spec("r", "new"))
+    };
+    let result = enqueue(&mut queues, vec![new]).await?;
+    assert!(result[0].replaced && !result[0].created);
+    // READY now, with the new payload and max_attempts.
+    let ready = peek(&mut queues, TaskState::Ready, 10).await?;
+    assert_eq!(ids(&ready), ["r"]);
+    assert_eq!(
+        (&ready[0].payload[..], ready[0].max_attempts),
+        (&b"new"[..], 2)
+    );
+    // And the new dedupe window: after its ack, both policies refuse the id.
+    let task = lease(&mut queues, 1, 30_000).await?.remove(0);
+    assert_eq!(ack(&mut queues, &[&task.receipt]).await?, [true]);
+    for again in [spec("r", "late"), replacing(spec("r", "late"))] {
+        let result = enqueue(&mut queues, vec![again]).await?;
+        assert!(!result[0].created && !result[0].replaced);
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_enqueue_batch_is_seen_whole_or_not_at_all() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut producer = server.queues().await;
+    let mut watcher = server.queues().await;
+    let tasks: Vec<TaskSpec> = (0..1000).map(|n| spec(&format!("b{n:04}"), "x")).collect();
+    let batch = tokio::spawn(async move { enqueue(&mut producer, tasks).await });
+    let mut seen = std::collections::BTreeSet::new();
+    while !batch.is_finished() {
+        seen.insert(stats(&mut watcher).await?.ready);
+    }
+    batch.await??;
+    seen.insert(stats(&mut watcher).await?.ready);
+    assert!(seen.iter().all(|&n| n == 0 || n == 1000), "saw {seen:?}");
+    // A batch with one bad task stores none of it.
+    let mut queues = server.queues().await;
+    let bad = EnqueueRequest {
+        queue: "other".into(),
+        tasks: vec![spec("fine", "x"), spec("", "y"), spec("bad\u{7}", "z")],
+    };
+    assert_eq!(
+        queues.enqueue(bad).await.unwrap_err().code(),
+        Code::InvalidArgument
+    );
+    let other = queues
+        .stats(StatsRequest {
+            queue: "other".into(),
+        })
+        .await?
+        .into_inner();
+    assert_eq!(other.ready, 0);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nack_with_delay_zero_is_ready_at_once_for_the_next_attempt() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    enqueue(&mut queues, vec![spec("n", "x")]).await?;
+    let first = lease(&mut queues, 1, 30_000).await?.remove(0);
+    let nacked = queues
+        .nack(NackRequest {
+            queue: "q".into(),
+            receipt: first.receipt.clone(),
+            delay: ms(0),
+        })
+        .await?
+        .into_inner();
+    assert!(nacked.requeued && !nacked.dead);
+    let again = lease(&mut queues, 1, 30_000).await?;
+    assert_eq!(ids(&again), ["n"]);
+    assert_eq!(again[0].attempt, 2);
+    assert_ne!(again[0].receipt, first.receipt);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peek_returns_fewer_tasks_rather_than_a_reply_over_4_mib() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    let big = vec![7u8; 1024 * 1024];
+    for n in 0..5 {
+        let task = TaskSpec {
+            id: format!("big{n}"),
+            payload: big.clone().into(),
+            ..Default::default()
+        };
+        enqueue(&mut queues, vec![task]).await?;
+    }
+    let peeked = peek(&mut queues, TaskState::Ready, 10).await?;
+    assert!((1..=3).contains(&peeked.len()), "{} tasks", peeked.len());
+    assert_eq!(peeked[0].id, "big0");
+    // Still there: Peek took nothing.
+    assert_eq!(stats(&mut queues).await?.ready, 5);
+    Ok(())
+}

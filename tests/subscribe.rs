@@ -620,3 +620,25 @@ async fn a_stream_survives_a_redis_restart_and_pushes_what_is_enqueued_after_it(
     assert_eq!(ack(&mut queues, "q", &[&before.receipt]).await?, [true]);
     Ok(())
 }
+
+#[tokio::test]
+async fn max_in_flight_zero_means_one_and_a_thousand_is_accepted() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    enqueue(&mut queues, "q", vec![task("a"), task("b")]).await?;
+    let mut stream = subscribe(&mut queues, subscribe_request("q", 0, 30_000)).await?;
+    let first = next_task(&mut stream, Duration::from_secs(5))
+        .await
+        .expect("one pushed");
+    // The default is one unacked delivery: "b" waits (READY) until "a" is acked.
+    assert_eq!(stats(&mut queues, "q").await?, (1, 0, 1, 0));
+    ack(&mut queues, "q", &[first.receipt.as_str()]).await?;
+    let second = next_task(&mut stream, Duration::from_secs(5))
+        .await
+        .expect("the next after the ack");
+    assert_eq!(second.id, "b");
+    drop(stream);
+    subscribe(&mut queues, subscribe_request("q", 1000, 30_000)).await?;
+    Ok(())
+}
