@@ -215,10 +215,7 @@ async fn nothing_confirmed_is_lost_when_redis_is_sigkilled_with_fsync_always() -
         .stats(StatsRequest { queue: "q".into() })
         .await?
         .into_inner();
-    assert_eq!(
-        (stats.ready, stats.delayed, stats.in_flight, stats.dead),
-        (0, 0, 0, 0)
-    );
+    common::assert_drained(&stats);
     Ok(())
 }
 

@@ -708,10 +708,7 @@ async fn a_caller_whose_deadline_passes_gets_deadline_exceeded_and_never_the_loc
         ))
         .await
         .unwrap_err();
-    // The server's own answer (a client-side timeout would be CANCELLED), in time.
-    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
-    assert!(status.message().contains("deadline exceeded while waiting"));
-    assert!(started.elapsed() < Duration::from_secs(5));
+    common::assert_server_deadline(&status, started);
     // Bob's wait is over on the server too, so nobody can win the lock after this.
     server.wait_metric("turnstile_waiting_calls", 0.0).await;
     locks.release(release("dl", &held.token)).await?;

@@ -373,10 +373,7 @@ async fn two_server_processes_and_four_subscribers_deliver_2000_tasks_exactly_on
         })
         .await?
         .into_inner();
-    assert_eq!(
-        (stats.ready, stats.delayed, stats.in_flight, stats.dead),
-        (0, 0, 0, 0)
-    );
+    common::assert_drained(&stats);
     Ok(())
 }
 

@@ -726,7 +726,7 @@ async fn auto_ack_pops_at_most_once() -> TestResult {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lease_returns_fewer_tasks_rather_than_a_reply_over_4_mib() -> TestResult {
+async fn lease_and_peek_return_fewer_tasks_rather_than_a_reply_over_4_mib() -> TestResult {
     let redis = TestRedis::start().await;
     let server = TestServer::start(&redis).await;
     let mut queues = server.queues().await;
@@ -752,6 +752,10 @@ async fn lease_returns_fewer_tasks_rather_than_a_reply_over_4_mib() -> TestResul
         status.code() == Code::InvalidArgument && status.message().starts_with("payload:"),
         "{status:?}"
     );
+    // Peek is capped like Lease, and takes nothing.
+    let peeked = peek(&mut queues, TaskState::Ready, 10).await?;
+    assert_eq!(ids(&peeked), ["big0", "big1", "big2"]);
+    assert_eq!(stats(&mut queues).await?.ready, 5);
     let first = lease(&mut queues, 10, 30_000).await?;
     assert_eq!(
         first.len(),
@@ -945,10 +949,7 @@ async fn a_long_poll_whose_deadline_passes_answers_deadline_exceeded() -> TestRe
         ))
         .await
         .unwrap_err();
-    // Answered by the server itself (a client-side timeout would be CANCELLED).
-    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
-    assert!(status.message().contains("deadline exceeded while waiting"));
-    assert!(started.elapsed() < Duration::from_secs(5));
+    common::assert_server_deadline(&status, started);
     Ok(())
 }
 
@@ -1244,27 +1245,5 @@ async fn nack_with_delay_zero_is_ready_at_once_for_the_next_attempt() -> TestRes
     assert_eq!(ids(&again), ["n"]);
     assert_eq!(again[0].attempt, 2);
     assert_ne!(again[0].receipt, first.receipt);
-    Ok(())
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn peek_returns_fewer_tasks_rather_than_a_reply_over_4_mib() -> TestResult {
-    let redis = TestRedis::start().await;
-    let server = TestServer::start(&redis).await;
-    let mut queues = server.queues().await;
-    let big = vec![7u8; 1024 * 1024];
-    for n in 0..5 {
-        let task = TaskSpec {
-            id: format!("big{n}"),
-            payload: big.clone().into(),
-            ..Default::default()
-        };
-        enqueue(&mut queues, vec![task]).await?;
-    }
-    let peeked = peek(&mut queues, TaskState::Ready, 10).await?;
-    assert!((1..=3).contains(&peeked.len()), "{} tasks", peeked.len());
-    assert_eq!(peeked[0].id, "big0");
-    // Still there: Peek took nothing.
-    assert_eq!(stats(&mut queues).await?.ready, 5);
     Ok(())
 }

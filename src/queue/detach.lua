@@ -17,11 +17,8 @@ for i = 4, #ARGV, 2 do
       if grace > 0 then
         relet(id, meta, now + grace)
         kept = kept + 1
-      else
-        ends.unlease(id, meta)
-        if give_back(id, meta, meta.due) == 'p' then
-          returned = returned + 1
-        end
+      elseif expire_delivery(ends, id, meta) then
+        returned = returned + 1
       end
     end
   end)

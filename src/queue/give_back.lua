@@ -10,11 +10,8 @@ local now = now_ms()
 local returned, ends = 0, ending()
 for i = 3, #ARGV do
   local id, meta = delivery(ARGV[i], now)
-  if id then
-    ends.unlease(id, meta)
-    if give_back(id, meta, meta.due) == 'p' then
-      returned = returned + 1
-    end
+  if id and expire_delivery(ends, id, meta) then
+    returned = returned + 1
   end
 end
 ends.flush()

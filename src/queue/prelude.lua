@@ -294,6 +294,14 @@ local function give_back(id, meta, due)
   return meta.st
 end
 
+-- A delivery that ended without an ack as a lease expiry ends it: its lease records
+-- go (through ends), and the task is back at its original due time, or dead on its
+-- last attempt. True when it went back to pending.
+local function expire_delivery(ends, id, meta)
+  ends.unlease(id, meta)
+  return give_back(id, meta, meta.due) == 'p'
+end
+
 -- Expired leases go back (at their original due time) or die. Bounded per call.
 local function reclaim(now)
   local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1000)
@@ -302,8 +310,7 @@ local function reclaim(now)
     local id = id_of(member)
     local meta = load(id)
     if meta then
-      ends.unlease(id, meta)
-      give_back(id, meta, meta.due)
+      expire_delivery(ends, id, meta)
     else
       orphans[#orphans + 1] = member
     end

@@ -441,3 +441,23 @@ impl Drop for ServerProcess {
         self.kill();
     }
 }
+
+/// The status a waiting call gets when its deadline passes: DEADLINE_EXCEEDED answered
+/// by the server itself (a client-side timeout would be CANCELLED), and in time.
+pub fn assert_server_deadline(status: &tonic::Status, started: std::time::Instant) {
+    assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
+    assert!(
+        status.message().contains("deadline exceeded while waiting"),
+        "{status:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+/// A queue's Stats shows nothing left in any state.
+pub fn assert_drained(stats: &turnstile::pb::StatsResponse) {
+    assert_eq!(
+        (stats.ready, stats.delayed, stats.in_flight, stats.dead),
+        (0, 0, 0, 0),
+        "{stats:?}"
+    );
+}
