@@ -32,7 +32,10 @@ async fn until(what: &str, within: Duration, done: impl Fn() -> bool) {
 struct Told {
     /// Ids whose Enqueue answered created.
     enqueued: Mutex<HashSet<String>>,
-    /// Ids whose Ack answered true.
+    /// Ids delivered at least once.
+    delivered: Mutex<HashSet<String>>,
+    /// Ids whose Ack answered true. (An Ack whose answer was lost as Redis died may
+    /// have finished its tasks too: the queue is checked empty at the end.)
     acked: Mutex<HashSet<String>>,
     /// Every delivery, by id.
     deliveries: AtomicUsize,
@@ -100,14 +103,17 @@ async fn nothing_confirmed_is_lost_when_redis_is_sigkilled_with_fsync_always() -
                     }
                 };
                 if tasks.is_empty() && told.stop.load(Ordering::SeqCst) {
-                    let (enqueued, acked) =
-                        (told.enqueued.lock().unwrap(), told.acked.lock().unwrap());
-                    if enqueued.is_subset(&acked) {
+                    let (enqueued, delivered) = (
+                        told.enqueued.lock().unwrap(),
+                        told.delivered.lock().unwrap(),
+                    );
+                    if enqueued.is_subset(&delivered) {
                         return;
                     }
                 }
                 for task in &tasks {
                     told.deliveries.fetch_add(1, Ordering::SeqCst);
+                    told.delivered.lock().unwrap().insert(task.id.clone());
                     if told.acked.lock().unwrap().contains(&task.id) {
                         told.after_ack.fetch_add(1, Ordering::SeqCst);
                     }
@@ -187,17 +193,17 @@ async fn nothing_confirmed_is_lost_when_redis_is_sigkilled_with_fsync_always() -
                 .enqueued
                 .lock()
                 .unwrap()
-                .difference(&told.acked.lock().unwrap())
+                .difference(&told.delivered.lock().unwrap())
                 .count();
-            format!("{lost} confirmed tasks never delivered and acked")
+            format!("{lost} confirmed tasks never delivered")
         })??;
 
     let (confirmed, acked) = (enqueued(), told.acked.lock().unwrap().len());
     let deliveries = told.deliveries.load(Ordering::SeqCst);
     println!(
-        "tasks confirmed {confirmed}, acked {acked}, deliveries {deliveries}, \
+        "tasks confirmed {confirmed}, acks answered {acked}, deliveries {deliveries}, \
          duplicates {}, deliveries after a confirmed ack {}",
-        deliveries - acked,
+        deliveries.saturating_sub(confirmed),
         told.after_ack.load(Ordering::SeqCst)
     );
     assert_eq!(
