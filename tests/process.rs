@@ -528,6 +528,16 @@ fn bench_runs_the_fixed_length_scenarios() {
             "server_peak_rss_mb",
         ],
     );
+    // Memory per stream and per waiter, and what stays after they left: RSS deltas,
+    // which an allocator reusing freed pages may make zero or negative.
+    for field in [
+        "server_kb_per_stream",
+        "server_kb_per_waiter",
+        "server_rss_kept_mb",
+    ] {
+        let value = lines[1][field].as_f64();
+        assert!(value.is_some_and(f64::is_finite), "{field} in {}", lines[1]);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,5 +1,9 @@
 //! `idle`: 1,000 idle Subscribe streams and 1,000 Acquire calls waiting on a held lock,
-//! for 10 s: what they cost Redis (commands per second, from INFO) and the server (RSS).
+//! for 10 s: what they cost Redis (commands per second, from INFO) and the server: its
+//! RSS, read before, with the streams open, with the waiters added and after all have
+//! left, so the report gives KB per stream, KB per waiter and what stays resident.
+//! (RSS deltas are what the allocator asked the OS for: memory freed by an earlier
+//! scenario and reused here makes them smaller, never larger.)
 
 use std::time::Duration;
 
@@ -59,6 +63,10 @@ pub async fn idle(target: &Target) -> Result<Report, String> {
         .await
         .map_err(failed)?
         .into_inner();
+    let rss_now = || target.server_pid.and_then(|pid| memory_mb(pid, "VmRSS"));
+    let settle = || tokio::time::sleep(Duration::from_secs(1));
+    settle().await;
+    let rss_base = rss_now();
     let mut tasks = JoinSet::new();
     for i in 0..STREAMS {
         let mut queues = QueueServiceClient::new(channels[i % channels.len()].clone());
@@ -82,6 +90,8 @@ pub async fn idle(target: &Target) -> Result<Report, String> {
             }
         });
     }
+    settle().await;
+    let rss_streams = rss_now();
     for i in 0..WAITERS {
         let mut locks = LockServiceClient::new(channels[(STREAMS + i) % channels.len()].clone());
         let stop = stop.clone();
@@ -103,7 +113,8 @@ pub async fn idle(target: &Target) -> Result<Report, String> {
         });
     }
     // Let every call arrive and settle.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    settle().await;
+    let rss_waiters = rss_now();
     let (progress, shown) = Progress::show("idle".into());
     let url = target.redis_url.clone();
     let before = Usage::read_if(url.as_deref()).await?;
@@ -126,6 +137,8 @@ pub async fn idle(target: &Target) -> Result<Report, String> {
         })
         .await
         .map_err(failed)?;
+    settle().await;
+    let rss_after = rss_now();
     // Our own INFO is one of the commands counted.
     let per_s = before
         .zip(after)
@@ -148,6 +161,20 @@ pub async fn idle(target: &Target) -> Result<Report, String> {
     // default order runs idle first, and the peak so far is shown beside.
     if let Some(peak) = peak {
         report = report.extra("server_peak_rss_mb", Extra::Number(peak));
+    }
+    let kb_each = |from: Option<f64>, to: Option<f64>, count: usize| {
+        from.zip(to)
+            .map(|(from, to)| (to - from) * 1024.0 / count as f64)
+    };
+    if let Some(kb) = kb_each(rss_base, rss_streams, STREAMS) {
+        report = report.extra("server_kb_per_stream", Extra::Number(kb));
+    }
+    if let Some(kb) = kb_each(rss_streams, rss_waiters, WAITERS) {
+        report = report.extra("server_kb_per_waiter", Extra::Number(kb));
+    }
+    // What the server keeps once every stream and waiter has gone, over its start.
+    if let Some(kept) = rss_base.zip(rss_after).map(|(base, after)| after - base) {
+        report = report.extra("server_rss_kept_mb", Extra::Number(kept));
     }
     Ok(report)
 }
