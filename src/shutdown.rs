@@ -4,8 +4,8 @@
 //!
 //! Also the two tools the stores use to stay cancel-safe when a caller leaves
 //! mid-call: [`Shutdown::detached`] (run a state change on its own task, so dropping
-//! the caller cannot stop it halfway) and [`Cleanup`] (undo what a caller who left
-//! will never use, such as a lock won or tasks leased for it).
+//! the caller cannot stop it halfway) and [`Unclaimed`] (a value won for a caller, such
+//! as a lease or leased tasks, that is undone unless the caller takes it).
 
 use std::{
     future::Future,
@@ -77,8 +77,8 @@ impl Shutdown {
     /// Runs `work` on its own tracked task, so that a caller who goes away (client
     /// cancel, tonic's own timeout) cannot leave a half-done state change behind:
     /// `work` is told through its token (cancelled too at shutdown). A result nobody
-    /// reads is dropped on that task, so a value that must not be lost (a won lock,
-    /// leased tasks) carries a [`Cleanup`] that undoes it when dropped.
+    /// reads is dropped on that task, so a value that must not be left behind (a won
+    /// lock, leased tasks) travels as an [`Unclaimed`], undone when dropped.
     pub async fn detached<T, Work>(&self, work: impl FnOnce(CancellationToken) -> Work) -> Result<T>
     where
         T: Send + 'static,
@@ -103,10 +103,22 @@ impl Shutdown {
         result
     }
 
-    /// A [`Cleanup`] that runs `undo` on this tracker if it is dropped armed.
-    pub fn cleanup(&self, undo: impl Future<Output = ()> + Send + 'static) -> Cleanup {
-        Cleanup {
-            undo: Some(Box::pin(undo.in_current_span())),
+    /// `value`, won for a caller who may be gone: unless claimed, `undo` gets it
+    /// back (on this tracker if it is dropped).
+    pub fn unclaimed<T, Fut>(
+        &self,
+        value: T,
+        undo: impl FnOnce(T) -> Fut + Send + 'static,
+    ) -> Unclaimed<T>
+    where
+        T: Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        Unclaimed {
+            value: Some(value),
+            undo: Some(Box::new(move |value| {
+                Box::pin(undo(value).in_current_span())
+            })),
             shutdown: self.clone(),
         }
     }
@@ -120,83 +132,100 @@ impl Shutdown {
     }
 }
 
-/// Undoes something a caller will never use (gives a won lock back, returns leased
-/// tasks) unless it is disarmed: the one mechanism behind "a caller who left never
-/// ends up holding anything". Dropped armed, it spawns the undo on the shutdown
-/// tracker (a `Drop` cannot await); [`Cleanup::run`] undoes in place instead, so a
-/// caller that is still there sees the undo done before it answers.
-#[must_use = "dropping a Cleanup runs it; call disarm() once the value is handed over"]
-pub struct Cleanup {
-    /// The undo, until it runs or is disarmed.
-    undo: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+/// How an [`Unclaimed`] value is undone.
+type Undo<T> = Box<dyn FnOnce(T) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
+
+/// A value won for a caller who may have left (a lock's lease, leased tasks): the
+/// one mechanism behind "a caller who left never ends up holding anything". The
+/// caller [`claim`](Unclaimed::claim)s it; dropped unclaimed, its undo runs on the
+/// shutdown tracker with the value itself (a `Drop` cannot await), so nothing is
+/// copied up front; [`undo`](Unclaimed::undo) runs it in place instead, so a caller
+/// still there sees it done before it answers.
+#[must_use = "dropping an Unclaimed undoes it; claim() it once the caller has it"]
+pub struct Unclaimed<T: Send + 'static> {
+    /// The value, until claimed or undone.
+    value: Option<T>,
+    undo: Option<Undo<T>>,
     shutdown: Shutdown,
 }
 
-impl Cleanup {
-    /// The value reached its caller: nothing to undo.
-    pub fn disarm(mut self) {
+impl<T: Send + 'static> Unclaimed<T> {
+    /// The value, still unclaimed.
+    pub fn get(&self) -> &T {
+        self.value
+            .as_ref()
+            .expect("an Unclaimed holds its value until it ends")
+    }
+
+    /// The caller has it: nothing to undo.
+    pub fn claim(mut self) -> T {
         self.undo = None;
+        self.value
+            .take()
+            .expect("an Unclaimed holds its value until it ends")
     }
 
-    /// Undoes now, before returning.
-    pub async fn run(mut self) {
-        if let Some(undo) = self.undo.take() {
-            undo.await;
+    /// Nobody will use it: undo now, before returning.
+    pub async fn undo(mut self) {
+        if let (Some(value), Some(undo)) = (self.value.take(), self.undo.take()) {
+            undo(value).await;
         }
     }
 }
 
-impl Drop for Cleanup {
+impl<T: Send + 'static> Drop for Unclaimed<T> {
     fn drop(&mut self) {
-        if let Some(undo) = self.undo.take() {
-            self.shutdown.spawn(undo);
+        if let (Some(value), Some(undo)) = (self.value.take(), self.undo.take()) {
+            self.shutdown.spawn(undo(value));
         }
     }
 }
 
-impl std::fmt::Debug for Cleanup {
+impl<T: Send + std::fmt::Debug + 'static> std::fmt::Debug for Unclaimed<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Cleanup")
-            .field("armed", &self.undo.is_some())
+        f.debug_struct("Unclaimed")
+            .field("value", &self.value)
             .finish()
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{
-        atomic::{AtomicUsize, Ordering},
-        Arc,
-    };
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
 
-    fn counting(shutdown: &Shutdown, runs: &Arc<AtomicUsize>) -> Cleanup {
-        let runs = runs.clone();
-        shutdown.cleanup(async move {
-            runs.fetch_add(1, Ordering::SeqCst);
+    /// An unclaimed 7 whose undo adds the value it gets back to `undone`.
+    fn counting(shutdown: &Shutdown, undone: &Arc<AtomicUsize>) -> Unclaimed<usize> {
+        let undone = undone.clone();
+        shutdown.unclaimed(7, move |value| async move {
+            undone.fetch_add(value, Ordering::SeqCst);
         })
     }
 
     #[tokio::test]
-    async fn a_cleanup_runs_once_when_dropped_or_run_and_never_when_disarmed() {
+    async fn an_unclaimed_value_is_undone_once_when_dropped_or_undone_and_never_when_claimed() {
         let shutdown = Shutdown::new();
-        let runs = Arc::new(AtomicUsize::new(0));
-        counting(&shutdown, &runs).disarm();
-        counting(&shutdown, &runs).run().await;
-        assert_eq!(runs.load(Ordering::SeqCst), 1);
-        drop(counting(&shutdown, &runs));
+        let undone = Arc::new(AtomicUsize::new(0));
+        assert_eq!(counting(&shutdown, &undone).claim(), 7);
+        counting(&shutdown, &undone).undo().await;
+        assert_eq!(
+            undone.load(Ordering::SeqCst),
+            7,
+            "undone with its own value"
+        );
+        drop(counting(&shutdown, &undone));
         assert!(shutdown.drain(Duration::from_secs(5)).await);
-        assert_eq!(runs.load(Ordering::SeqCst), 2);
+        assert_eq!(undone.load(Ordering::SeqCst), 14);
     }
 
     #[tokio::test]
-    async fn a_detached_result_nobody_reads_is_dropped_and_cleaned_up() {
+    async fn a_detached_result_nobody_reads_is_dropped_and_undone() {
         let shutdown = Shutdown::new();
-        let runs = Arc::new(AtomicUsize::new(0));
+        let undone = Arc::new(AtomicUsize::new(0));
         let (started_tx, started) = oneshot::channel();
         let (finish, finish_rx) = oneshot::channel::<()>();
-        let won = counting(&shutdown, &runs);
+        let won = counting(&shutdown, &undone);
         let caller = tokio::spawn({
             let shutdown = shutdown.clone();
             async move {
@@ -216,8 +245,8 @@ mod tests {
         finish.send(()).unwrap();
         assert!(shutdown.drain(Duration::from_secs(5)).await);
         assert_eq!(
-            runs.load(Ordering::SeqCst),
-            1,
+            undone.load(Ordering::SeqCst),
+            7,
             "the unread value was undone"
         );
     }

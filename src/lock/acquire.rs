@@ -9,13 +9,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{
-    model::{AcquireOutcome, AcquireSpec, Attempt, Holder, Lease, Stop, Won},
+    model::{AcquireOutcome, AcquireSpec, Attempt, Holder, Stop},
     LockStore,
 };
 use crate::{
     deadline::within,
     error::{Error, Result},
-    shutdown::Cleanup,
+    shutdown::Unclaimed,
     time::{sleep_until_some, until_ms},
     token::new_token,
 };
@@ -52,26 +52,24 @@ impl LockStore {
     /// given back. The release goes on the lock's own socket, so Redis runs it after
     /// the acquire, whichever way the acquire went.
     async fn try_once(&self, spec: &AcquireSpec) -> Result<AcquireOutcome> {
-        let token = new_token();
-        let in_flight = self.give_back_later(&spec.name, &token);
-        let outcome = self.try_acquire(spec, &token, false, &mut false).await;
-        in_flight.disarm();
+        // The token may win a lease before the caller hears of it.
+        let token = self.unclaimed(&spec.name, new_token(), String::as_str);
+        let outcome = self.try_acquire(spec, token.get(), false, &mut false).await;
+        token.claim();
         outcome
     }
 
-    /// A cleanup that releases `token`'s lease of `name`.
-    fn give_back_later(&self, name: &str, token: &str) -> Cleanup {
-        let store = self.clone();
-        let (name, token) = (name.to_owned(), token.to_owned());
-        self.shutdown
-            .cleanup(async move { store.give_back(&name, &token).await })
-    }
-
-    fn won(&self, name: &str, lease: Lease) -> Won {
-        Won {
-            give_back: self.give_back_later(name, &lease.token),
-            lease,
-        }
+    /// `value`, which holds a token of `name` (`token_of`): released unless claimed.
+    fn unclaimed<T: Send + 'static>(
+        &self,
+        name: &str,
+        value: T,
+        token_of: fn(&T) -> &str,
+    ) -> Unclaimed<T> {
+        let (store, name) = (self.clone(), name.to_owned());
+        self.shutdown.unclaimed(value, move |value| async move {
+            store.give_back(&name, token_of(&value)).await
+        })
     }
 
     /// Takes the lock, waiting up to `spec.wait` for a held one (trying once when it is
@@ -101,9 +99,9 @@ impl LockStore {
             let wait_over = !will_wait || now >= wait_until;
             let holder = match attempt {
                 Ok(AcquireOutcome::Acquired(lease)) => {
-                    let won = self.won(&spec.name, lease);
+                    let won = self.unclaimed(&spec.name, lease, |lease| &lease.token);
                     if stop.cancel.is_cancelled() || stop.deadline.is_some_and(|d| now >= d) {
-                        won.give_back().await;
+                        won.undo().await;
                         return Err(self.stop_error(stop));
                     }
                     return Ok(Attempt::Won(won));

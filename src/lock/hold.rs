@@ -55,11 +55,11 @@ pub async fn run(store: LockStore, spec: AcquireSpec, deadline: Option<Instant>,
         }
     };
     if tx
-        .send(Ok(HoldEvent::Acquired(won.lease().clone())))
+        .send(Ok(HoldEvent::Acquired(won.get().clone())))
         .await
         .is_err()
     {
-        won.give_back().await;
+        won.undo().await;
         return;
     }
     keep(&store, &spec, won.claim(), &tx).await;

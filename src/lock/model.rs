@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::shutdown::Cleanup;
+use crate::shutdown::Unclaimed;
 
 /// What a caller asks for when taking a lock.
 #[derive(Clone, Debug)]
@@ -57,30 +57,7 @@ pub enum AcquireOutcome {
 
 /// A lease won for a caller that has not taken it yet. Dropped unclaimed (the caller
 /// left, or gave up while the script was in flight), it gives the lock back.
-#[derive(Debug)]
-pub struct Won {
-    pub(super) lease: Lease,
-    /// Releases the lease unless the caller claims it.
-    pub(super) give_back: Cleanup,
-}
-
-impl Won {
-    /// The lease won.
-    pub fn lease(&self) -> &Lease {
-        &self.lease
-    }
-
-    /// The caller has the lease: it is theirs to release.
-    pub fn claim(self) -> Lease {
-        self.give_back.disarm();
-        self.lease
-    }
-
-    /// Nobody will use the lease: release it now, before answering.
-    pub async fn give_back(self) {
-        self.give_back.run().await;
-    }
-}
+pub type Won = Unclaimed<Lease>;
 
 /// How a waiting acquire ended, before its caller took the lease.
 #[derive(Debug)]

@@ -1,7 +1,8 @@
 //! `Lease`, long-polled and cancel-safe. The store owns "tasks leased for a caller who
-//! left go back": the wait runs detached from the caller, and the tasks it takes are a
-//! [`Taken`] until the caller has them; dropped unread (the caller went away, its
-//! deadline passed as they were taken), they are given back at once. The wait wakes
+//! left go back": the wait runs detached from the caller, and the tasks it takes are
+//! [`Unclaimed`] until the caller has them; dropped unread (the caller went away, its
+//! deadline passed as they were taken), they are given back at once, at their original
+//! due time, as a lease expiry would (the deliveries count as attempts). The wait wakes
 //! on the queue's pub/sub message or at the next due time or lease end the last look
 //! reported, never on a fixed tick.
 
@@ -16,27 +17,9 @@ use super::{
 };
 use crate::{
     error::{Error, Result},
-    shutdown::Cleanup,
+    shutdown::Unclaimed,
     time::{sleep_until_some, until_ms},
 };
-
-/// Tasks leased for a caller that has not received them yet. Dropped unclaimed, their
-/// deliveries go back at their original due time, as a lease expiry would (they count
-/// as attempts, like any delivery that ends without an ack).
-struct Taken {
-    tasks: Vec<Task>,
-    /// Gives the deliveries back unless the caller claims them (none for `auto_ack`).
-    give_back: Option<Cleanup>,
-}
-
-impl Taken {
-    fn claim(self) -> Vec<Task> {
-        if let Some(give_back) = self.give_back {
-            give_back.disarm();
-        }
-        self.tasks
-    }
-}
 
 impl QueueStore {
     /// Takes up to `spec.max_tasks` READY tasks, waiting up to `wait` for one, for a
@@ -69,7 +52,7 @@ impl QueueStore {
         wait: Duration,
         deadline: Option<Instant>,
         cancel: &CancellationToken,
-    ) -> Result<Taken> {
+    ) -> Result<Unclaimed<Vec<Task>>> {
         let until = Instant::now() + wait;
         let changed = self.changes(queue);
         loop {
@@ -94,22 +77,22 @@ impl QueueStore {
         }
     }
 
-    /// `tasks`, with a cleanup that gives their deliveries back if nobody claims them.
-    fn taken(&self, queue: &str, tasks: Vec<Task>) -> Taken {
-        let receipts: Vec<String> = tasks
-            .iter()
-            .filter(|task| !task.receipt.is_empty())
-            .map(|task| task.receipt.clone())
-            .collect();
-        let give_back = (!receipts.is_empty()).then(|| {
-            let store = self.clone();
-            let queue = queue.to_owned();
-            self.shutdown.cleanup(async move {
-                if let Err(err) = store.give_back(&queue, &receipts).await {
-                    tracing::warn!(queue, cause = %err, "could not give back unread deliveries; they return when their leases end");
-                }
-            })
-        });
-        Taken { tasks, give_back }
+    /// `tasks`, whose deliveries go back if nobody claims them (`auto_ack` ones have
+    /// no receipt: nothing to give back).
+    fn taken(&self, queue: &str, tasks: Vec<Task>) -> Unclaimed<Vec<Task>> {
+        let (store, queue) = (self.clone(), queue.to_owned());
+        self.shutdown.unclaimed(tasks, move |tasks| async move {
+            let receipts: Vec<String> = tasks
+                .into_iter()
+                .map(|task| task.receipt)
+                .filter(|receipt| !receipt.is_empty())
+                .collect();
+            if receipts.is_empty() {
+                return;
+            }
+            if let Err(err) = store.give_back(&queue, &receipts).await {
+                tracing::warn!(queue, cause = %err, "could not give back unread deliveries; they return when their leases end");
+            }
+        })
     }
 }
