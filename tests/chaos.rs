@@ -1,33 +1,38 @@
 //! A bounded chaos run, seeded so that a failure replays (`CHAOS_SEED=<n> cargo test
 //! --test chaos`): while a producer enqueues, workers lease and ack and lockers contend
-//! for one lock through a changing set of server processes, it SIGKILLs Redis (append
-//! only, fsync always) and restarts it, SIGKILLs servers and starts new ones, and drops
-//! client calls mid-flight. At the end every confirmed task was delivered and acked,
+//! for one lock through a changing set of server processes, it deals 12 faults, each a
+//! SIGKILL of Redis (append only, fsync always, then restarted) or of a server (then
+//! replaced), while workers drop calls mid-flight. Each fault comes once the clients
+//! have made progress since the last one. At the end every confirmed task was delivered and the queue drained,
 //! no two lock holders were ever inside at once, fencing tokens rose in the order the
 //! lock was won, and a server that lived through it all is back near its start memory.
 
 mod common;
 
 use std::{
-    collections::HashSet,
     sync::{
-        atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering},
+        atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering},
         Arc, Mutex,
     },
     time::{Duration, Instant},
 };
 
-use common::{ms, with_timeout, ServerProcess, TestRedis, TestResult};
+use common::{backoff, eventually, ms, with_timeout, Ledger, ServerProcess, TestRedis, TestResult};
 use tonic::transport::Channel;
+use tonic_health::pb::{
+    health_check_response::ServingStatus, health_client::HealthClient, HealthCheckRequest,
+};
 use turnstile::pb::{
     lock_service_client::LockServiceClient, queue_service_client::QueueServiceClient, AckRequest,
-    AcquireRequest, EnqueueRequest, LeaseRequest, ReleaseRequest, StatsRequest, TaskSpec,
+    AcquireRequest, EnqueueRequest, LeaseRequest, ReleaseRequest, TaskSpec,
 };
 
-/// How long the chaos lasts (then the queue drains).
-const CHAOS: Duration = Duration::from_secs(20);
+/// How many faults the run deals (then the queue drains).
+const FAULTS: usize = 12;
 /// Calls never wait longer than this on a dead server or Redis.
 const CALL: Duration = Duration::from_secs(2);
+/// The most the clients may take to make progress after a fault.
+const RECOVER: Duration = Duration::from_secs(30);
 
 /// splitmix64: a small seeded generator, so a run can be replayed.
 struct Rng(u64);
@@ -46,24 +51,24 @@ impl Rng {
     }
 }
 
-/// What the clients were told and saw.
+/// The lock side of the run, and the switches of the clients.
 #[derive(Default)]
 struct Record {
-    enqueued: Mutex<HashSet<String>>,
-    /// Ids delivered at least once.
-    delivered: Mutex<HashSet<String>>,
-    /// Ids whose Ack answered true (an Ack whose answer was lost with a killed server
-    /// may have finished the task too).
-    acked: Mutex<HashSet<String>>,
-    deliveries: AtomicUsize,
     /// Lock holders inside the critical section now, and the most ever at once.
     inside: AtomicI64,
     most_inside: AtomicI64,
     /// Fencing tokens in the order the lock was won (under the lock, so in order).
     fencing: Mutex<Vec<u64>>,
     dropped_calls: AtomicU64,
-    stop: AtomicBool,
+    /// The producer stops first; the workers and lockers once the queue is drained.
     producing: AtomicBool,
+    stop: AtomicBool,
+}
+
+impl Record {
+    fn locks_won(&self) -> usize {
+        self.fencing.lock().unwrap().len()
+    }
 }
 
 /// The live servers' addresses; clients pick one per call.
@@ -71,9 +76,21 @@ struct Record {
 struct Servers(Mutex<Vec<String>>);
 
 impl Servers {
-    fn pick(&self, rng: &mut Rng) -> Option<String> {
-        let live = self.0.lock().unwrap();
-        (!live.is_empty()).then(|| live[rng.below(live.len() as u64) as usize].clone())
+    /// A connection to a live server picked at random, or `None` after a pause when
+    /// none answers (a client then tries again).
+    async fn connect(&self, rng: &mut Rng) -> Option<Channel> {
+        let addr = {
+            let live = self.0.lock().unwrap();
+            (!live.is_empty()).then(|| live[rng.below(live.len() as u64) as usize].clone())
+        };
+        let channel = match addr {
+            Some(addr) => channel(&addr).await,
+            None => None,
+        };
+        if channel.is_none() {
+            backoff().await;
+        }
+        channel
     }
 }
 
@@ -96,15 +113,18 @@ fn rss_kb(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-async fn produce(record: Arc<Record>, servers: Arc<Servers>, seed: u64) {
+async fn produce(record: Arc<Record>, ledger: Arc<Ledger>, servers: Arc<Servers>, seed: u64) {
     let mut rng = Rng(seed);
     let mut batch = 0u64;
     while record.producing.load(Ordering::SeqCst) {
-        let Some(addr) = servers.pick(&mut rng) else {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            continue;
-        };
-        let Some(channel) = channel(&addr).await else {
+        // Paced by the workers: a flood would only slow two shared cores down.
+        if ledger.backlog() > 200 {
+            eventually("the workers catch up", RECOVER, || async {
+                ledger.backlog() <= 100
+            })
+            .await;
+        }
+        let Some(channel) = servers.connect(&mut rng).await else {
             continue;
         };
         let mut queues = QueueServiceClient::new(channel);
@@ -120,22 +140,17 @@ async fn produce(record: Arc<Record>, servers: Arc<Servers>, seed: u64) {
             queue: "chaos".into(),
             tasks,
         };
-        if let Ok(reply) = queues.enqueue(with_timeout(request, CALL)).await {
-            let mut enqueued = record.enqueued.lock().unwrap();
-            enqueued.extend(reply.into_inner().results.into_iter().map(|r| r.id));
+        match queues.enqueue(with_timeout(request, CALL)).await {
+            Ok(reply) => ledger.enqueued(reply.into_inner().results.into_iter().map(|r| r.id)),
+            Err(_) => backoff().await,
         }
-        tokio::time::sleep(Duration::from_millis(rng.below(20))).await;
     }
 }
 
-async fn work(record: Arc<Record>, servers: Arc<Servers>, seed: u64) {
+async fn work(record: Arc<Record>, ledger: Arc<Ledger>, servers: Arc<Servers>, seed: u64) {
     let mut rng = Rng(seed);
     while !record.stop.load(Ordering::SeqCst) {
-        let Some(addr) = servers.pick(&mut rng) else {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            continue;
-        };
-        let Some(channel) = channel(&addr).await else {
+        let Some(channel) = servers.connect(&mut rng).await else {
             continue;
         };
         let mut queues = QueueServiceClient::new(channel);
@@ -148,33 +163,26 @@ async fn work(record: Arc<Record>, servers: Arc<Servers>, seed: u64) {
         };
         // Now and then the client goes away mid-call: what it leased must come back.
         let lease = queues.lease(with_timeout(request, CALL));
-        let tasks = if rng.below(10) == 0 {
+        let answer = if rng.below(10) == 0 {
             let cut = Duration::from_millis(rng.below(50));
             match tokio::time::timeout(cut, lease).await {
-                Ok(Ok(reply)) => reply.into_inner().tasks,
-                Ok(Err(_)) => continue,
+                Ok(answer) => answer,
                 Err(_) => {
                     record.dropped_calls.fetch_add(1, Ordering::SeqCst);
                     continue;
                 }
             }
         } else {
-            match lease.await {
-                Ok(reply) => reply.into_inner().tasks,
-                Err(_) => continue,
-            }
+            lease.await
         };
-        record.deliveries.fetch_add(tasks.len(), Ordering::SeqCst);
-        record
-            .delivered
-            .lock()
-            .unwrap()
-            .extend(tasks.iter().map(|t| t.id.clone()));
-        if tasks.is_empty() {
+        let Ok(reply) = answer else {
+            backoff().await;
             continue;
-        }
+        };
+        let tasks = reply.into_inner().tasks;
+        ledger.delivered(&tasks);
         // Sometimes the worker "crashes" before acking: the lease must expire.
-        if rng.below(20) == 0 {
+        if tasks.is_empty() || rng.below(20) == 0 {
             continue;
         }
         let request = AckRequest {
@@ -182,12 +190,7 @@ async fn work(record: Arc<Record>, servers: Arc<Servers>, seed: u64) {
             receipts: tasks.iter().map(|t| t.receipt.clone()).collect(),
         };
         if let Ok(reply) = queues.ack(with_timeout(request, CALL)).await {
-            let mut acked = record.acked.lock().unwrap();
-            for (task, done) in tasks.iter().zip(reply.into_inner().acked) {
-                if done {
-                    acked.insert(task.id.clone());
-                }
-            }
+            ledger.acked(&tasks, &reply.into_inner().acked);
         }
     }
 }
@@ -195,41 +198,66 @@ async fn work(record: Arc<Record>, servers: Arc<Servers>, seed: u64) {
 async fn contend(record: Arc<Record>, servers: Arc<Servers>, seed: u64) {
     let mut rng = Rng(seed);
     while !record.stop.load(Ordering::SeqCst) {
-        let Some(addr) = servers.pick(&mut rng) else {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            continue;
-        };
-        let Some(channel) = channel(&addr).await else {
+        let Some(channel) = servers.connect(&mut rng).await else {
             continue;
         };
         let mut locks = LockServiceClient::new(channel);
         let request = AcquireRequest {
             name: "chaos".into(),
             owner: format!("locker{seed}"),
-            ttl: ms(10_000),
+            ttl: ms(3_000),
             wait: ms(500),
             request_id: String::new(),
         };
-        let Ok(won) = locks.acquire(with_timeout(request, CALL)).await else {
-            continue;
+        let won = match locks.acquire(with_timeout(request, CALL)).await {
+            Ok(won) => won.into_inner(),
+            Err(_) => {
+                backoff().await;
+                continue;
+            }
         };
-        let won = won.into_inner();
         if !won.acquired {
             continue;
         }
         let now = record.inside.fetch_add(1, Ordering::SeqCst) + 1;
         record.most_inside.fetch_max(now, Ordering::SeqCst);
         record.fencing.lock().unwrap().push(won.fencing_token);
-        // Well inside the 10 s lease, which no fault here can cut short.
-        tokio::time::sleep(Duration::from_millis(rng.below(10))).await;
+        // Inside for a few turns of the scheduler, so another holder would be seen
+        // (well inside the 3 s lease, which no fault here can cut short).
+        for _ in 0..rng.below(10) {
+            tokio::task::yield_now().await;
+        }
         record.inside.fetch_sub(1, Ordering::SeqCst);
-        let request = ReleaseRequest {
-            name: "chaos".into(),
-            token: won.token,
-        };
-        // A release lost to a fault leaves the lock to its TTL: slower, never unsafe.
-        let _ = locks.release(with_timeout(request, CALL)).await;
+        // A release lost to a fault is sent again, through another server if need be;
+        // one never sent leaves the lock to its TTL: slower, never unsafe.
+        for _ in 0..3 {
+            let request = ReleaseRequest {
+                name: "chaos".into(),
+                token: won.token.clone(),
+            };
+            if locks.release(with_timeout(request, CALL)).await.is_ok() {
+                break;
+            }
+            let Some(channel) = servers.connect(&mut rng).await else {
+                continue;
+            };
+            locks = LockServiceClient::new(channel);
+        }
     }
+}
+
+/// Whether the server at `addr` says it is ready (a call that fails counts as not).
+async fn serving(addr: &str) -> bool {
+    let Some(channel) = channel(addr).await else {
+        return false;
+    };
+    let request = HealthCheckRequest {
+        service: String::new(),
+    };
+    HealthClient::new(channel)
+        .check(with_timeout(request, CALL))
+        .await
+        .is_ok_and(|reply| reply.into_inner().status == ServingStatus::Serving as i32)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -253,30 +281,49 @@ async fn chaos_loses_no_confirmed_task_and_never_overlaps_lock_holders() -> Test
         .unwrap()
         .extend(doomed.iter().map(|s| s.addr.clone()));
     let record = Arc::new(Record::default());
+    let ledger = Arc::new(Ledger::default());
     record.producing.store(true, Ordering::SeqCst);
 
     let mut clients = tokio::task::JoinSet::new();
-    clients.spawn(produce(record.clone(), servers.clone(), rng.next()));
+    clients.spawn(produce(
+        record.clone(),
+        ledger.clone(),
+        servers.clone(),
+        rng.next(),
+    ));
     for _ in 0..3 {
-        clients.spawn(work(record.clone(), servers.clone(), rng.next()));
+        clients.spawn(work(
+            record.clone(),
+            ledger.clone(),
+            servers.clone(),
+            rng.next(),
+        ));
         clients.spawn(contend(record.clone(), servers.clone(), rng.next()));
     }
-    // Warm up, then note the stable server's memory.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Every kind of client has made progress: note the stable server's memory.
+    let progress = || (ledger.confirmed(), record.locks_won());
+    eventually("first progress", RECOVER, || async {
+        let (confirmed, locks) = progress();
+        confirmed >= 100 && locks >= 5
+    })
+    .await;
     let start_rss = rss_kb(stable.child.id());
 
     let (mut redis_kills, mut server_kills) = (0, 0);
     let started = Instant::now();
-    while started.elapsed() < CHAOS {
-        tokio::time::sleep(Duration::from_millis(300 + rng.below(700))).await;
-        match rng.below(3) {
+    for _ in 0..FAULTS {
+        match rng.below(2) {
             0 => {
+                // Down until the servers see it (readiness drops), then back.
                 redis.kill().await;
-                tokio::time::sleep(Duration::from_millis(rng.below(500))).await;
+                eventually("NOT_SERVING while Redis is down", RECOVER, || async {
+                    !serving(&stable.addr).await
+                })
+                .await;
                 redis.restart().await;
                 redis_kills += 1;
             }
-            1 => {
+            _ => {
                 let at = rng.below(doomed.len() as u64) as usize;
                 let mut victim = doomed.swap_remove(at);
                 servers
@@ -290,73 +337,46 @@ async fn chaos_loses_no_confirmed_task_and_never_overlaps_lock_holders() -> Test
                 doomed.push(fresh);
                 server_kills += 1;
             }
-            _ => {} // a quiet spell
         }
+        // The next fault comes once the clients got work done since this one.
+        let (confirmed, locks) = progress();
+        let more = 20 + rng.below(80) as usize;
+        eventually("progress after a fault", RECOVER, || async {
+            let (now_confirmed, now_locks) = progress();
+            now_confirmed >= confirmed + more && now_locks > locks
+        })
+        .await;
     }
 
     // Calm: stop producing, let the workers drain the queue: every confirmed task
     // delivered, and nothing left in it (every delivery acked in the end).
     record.producing.store(false, Ordering::SeqCst);
     let mut queues = QueueServiceClient::new(channel(&stable.addr).await.expect("stable server"));
-    let drained = Instant::now();
-    loop {
-        let undelivered: Vec<String> = {
-            let (enqueued, delivered) = (
-                record.enqueued.lock().unwrap(),
-                record.delivered.lock().unwrap(),
-            );
-            enqueued.difference(&delivered).cloned().collect()
-        };
-        // Redis was killed moments ago: a call may still meet a broken socket.
-        let Ok(stats) = queues
-            .stats(with_timeout(
-                StatsRequest {
-                    queue: "chaos".into(),
-                },
-                CALL,
-            ))
-            .await
-        else {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            continue;
-        };
-        let stats = stats.into_inner();
-        let left = stats.ready + stats.delayed + stats.in_flight + stats.dead;
-        if undelivered.is_empty() && left == 0 {
-            break;
-        }
-        assert!(
-            drained.elapsed() < Duration::from_secs(60),
-            "seed {seed}: confirmed but never delivered: {undelivered:?}; left in the \
-             queue: {stats:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    ledger
+        .wait_drained(&mut queues, "chaos", Duration::from_secs(60))
+        .await;
     record.stop.store(true, Ordering::SeqCst);
     while let Some(client) = clients.join_next().await {
         client?;
     }
 
-    let confirmed = record.enqueued.lock().unwrap().len();
-    let deliveries = record.deliveries.load(Ordering::SeqCst);
     let fencing = record.fencing.lock().unwrap().clone();
     let end_rss = rss_kb(stable.child.id());
     println!(
-        "seed {seed}: {redis_kills} Redis kills, {server_kills} server kills, {} dropped \
-         calls; tasks confirmed {confirmed}, deliveries {deliveries} ({} duplicates), \
-         acks answered {}; {} locks won; stable server RSS {} -> {} MB",
+        "seed {seed}: {redis_kills} Redis kills, {server_kills} server kills in {:?}, {} \
+         dropped calls; {}; {} locks won; stable server RSS {} -> {} MB",
+        started.elapsed(),
         record.dropped_calls.load(Ordering::SeqCst),
-        deliveries.saturating_sub(confirmed),
-        record.acked.lock().unwrap().len(),
+        ledger.summary(),
         fencing.len(),
         start_rss / 1024,
         end_rss / 1024
     );
-    assert!(
-        confirmed > 100,
-        "seed {seed}: only {confirmed} tasks confirmed"
+    assert_eq!(
+        ledger.deliveries_after_ack(),
+        0,
+        "seed {seed}: an acked task came back"
     );
-    assert!(!fencing.is_empty(), "seed {seed}: no lock was ever won");
     assert_eq!(
         record.most_inside.load(Ordering::SeqCst),
         1,

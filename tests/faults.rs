@@ -4,63 +4,46 @@
 mod common;
 
 use std::{
-    collections::HashSet,
     sync::{
-        atomic::{AtomicBool, AtomicUsize, Ordering},
+        atomic::{AtomicBool, Ordering},
         Arc, Mutex,
     },
-    time::{Duration, Instant},
+    time::Duration,
 };
 
-use common::{ms, with_timeout, TestRedis, TestResult, TestServer};
+use common::{
+    backoff, eventually, ms, retry_unavailable, with_timeout, Ledger, TestRedis, TestResult,
+    TestServer, WAIT,
+};
 use turnstile::pb::{
     AckRequest, AcquireRequest, EnqueueRequest, LeaseRequest, ReleaseRequest, StatsRequest,
     TaskSpec,
 };
 
-/// Waits (bounded) until `done` holds, checking every 10 ms.
-async fn until(what: &str, within: Duration, done: impl Fn() -> bool) {
-    let started = Instant::now();
-    while !done() {
-        assert!(started.elapsed() < within, "{what}: not within {within:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
+/// Clients never wait longer than this on a call while Redis is down.
+const CALL: Duration = Duration::from_secs(2);
 
-/// What the clients were told, shared with the checks at the end.
+/// The lock side of the run: fencing tokens of the won locks, in the order won.
 #[derive(Default)]
-struct Told {
-    /// Ids whose Enqueue answered created.
-    enqueued: Mutex<HashSet<String>>,
-    /// Ids delivered at least once.
-    delivered: Mutex<HashSet<String>>,
-    /// Ids whose Ack answered true. (An Ack whose answer was lost as Redis died may
-    /// have finished its tasks too: the queue is checked empty at the end.)
-    acked: Mutex<HashSet<String>>,
-    /// Every delivery, by id.
-    deliveries: AtomicUsize,
-    /// Deliveries of an id after its Ack was confirmed: must stay 0.
-    after_ack: AtomicUsize,
-    /// Fencing tokens of the won locks, in the order they were won.
+struct Locks {
     fencing: Mutex<Vec<u64>>,
-    /// Producer and locker stop.
-    stop: AtomicBool,
-    /// The queue is drained: the consumer stops.
-    drained: AtomicBool,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_confirmed_is_lost_when_redis_is_sigkilled_with_fsync_always() -> TestResult {
     let mut redis = TestRedis::start_durable().await;
     let server = TestServer::start(&redis).await;
-    let told = Arc::new(Told::default());
-    let call = Duration::from_secs(2);
+    let ledger = Arc::new(Ledger::default());
+    let locks = Arc::new(Locks::default());
+    // Producer and locker stop on `stop`; the consumer once the queue is drained.
+    let stop = Arc::new(AtomicBool::new(false));
+    let drained = Arc::new(AtomicBool::new(false));
 
     let producer = tokio::spawn({
-        let (told, mut queues) = (told.clone(), server.queues().await);
+        let (ledger, stop, mut queues) = (ledger.clone(), stop.clone(), server.queues().await);
         async move {
             let mut batch = 0;
-            while !told.stop.load(Ordering::SeqCst) {
+            while !stop.load(Ordering::SeqCst) {
                 batch += 1;
                 let tasks = (0..5)
                     .map(|k| TaskSpec {
@@ -73,24 +56,23 @@ async fn nothing_confirmed_is_lost_when_redis_is_sigkilled_with_fsync_always() -
                     queue: "q".into(),
                     tasks,
                 };
-                match queues.enqueue(with_timeout(request, call)).await {
+                match queues.enqueue(with_timeout(request, CALL)).await {
                     Ok(reply) => {
-                        let mut enqueued = told.enqueued.lock().unwrap();
-                        for result in reply.into_inner().results {
-                            assert!(result.created);
-                            enqueued.insert(result.id);
-                        }
+                        let results = reply.into_inner().results;
+                        assert!(results.iter().all(|result| result.created));
+                        ledger.enqueued(results.into_iter().map(|result| result.id));
                     }
                     // Not confirmed: it may or may not be stored, and counts for nothing.
-                    Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                    Err(_) => backoff().await,
                 }
             }
         }
     });
     let consumer = tokio::spawn({
-        let (told, mut queues) = (told.clone(), server.queues().await);
+        let (ledger, drained, mut queues) =
+            (ledger.clone(), drained.clone(), server.queues().await);
         async move {
-            loop {
+            while !drained.load(Ordering::SeqCst) {
                 let request = LeaseRequest {
                     queue: "q".into(),
                     max_tasks: 10,
@@ -98,42 +80,31 @@ async fn nothing_confirmed_is_lost_when_redis_is_sigkilled_with_fsync_always() -
                     wait: ms(200),
                     auto_ack: false,
                 };
-                let tasks = match queues.lease(with_timeout(request, call)).await {
+                let tasks = match queues.lease(with_timeout(request, CALL)).await {
                     Ok(reply) => reply.into_inner().tasks,
                     Err(_) => {
-                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        backoff().await;
                         continue;
                     }
                 };
-                if tasks.is_empty() && told.drained.load(Ordering::SeqCst) {
-                    return;
-                }
-                for task in &tasks {
-                    told.deliveries.fetch_add(1, Ordering::SeqCst);
-                    told.delivered.lock().unwrap().insert(task.id.clone());
-                    if told.acked.lock().unwrap().contains(&task.id) {
-                        told.after_ack.fetch_add(1, Ordering::SeqCst);
-                    }
+                ledger.delivered(&tasks);
+                if tasks.is_empty() {
+                    continue;
                 }
                 let request = AckRequest {
                     queue: "q".into(),
                     receipts: tasks.iter().map(|t| t.receipt.clone()).collect(),
                 };
-                if let Ok(reply) = queues.ack(with_timeout(request, call)).await {
-                    let mut acked = told.acked.lock().unwrap();
-                    for (task, done) in tasks.iter().zip(reply.into_inner().acked) {
-                        if done {
-                            acked.insert(task.id.clone());
-                        }
-                    }
+                if let Ok(reply) = queues.ack(with_timeout(request, CALL)).await {
+                    ledger.acked(&tasks, &reply.into_inner().acked);
                 }
             }
         }
     });
     let locker = tokio::spawn({
-        let (told, mut locks) = (told.clone(), server.locks().await);
+        let (locks, stop, mut client) = (locks.clone(), stop.clone(), server.locks().await);
         async move {
-            while !told.stop.load(Ordering::SeqCst) {
+            while !stop.load(Ordering::SeqCst) {
                 let request = AcquireRequest {
                     name: "fence".into(),
                     owner: "locker".into(),
@@ -141,91 +112,54 @@ async fn nothing_confirmed_is_lost_when_redis_is_sigkilled_with_fsync_always() -
                     wait: None,
                     request_id: String::new(),
                 };
-                let Ok(won) = locks.acquire(with_timeout(request, call)).await else {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
+                let Ok(won) = client.acquire(with_timeout(request, CALL)).await else {
+                    backoff().await;
                     continue;
                 };
                 let won = won.into_inner();
                 if won.acquired {
-                    told.fencing.lock().unwrap().push(won.fencing_token);
+                    locks.fencing.lock().unwrap().push(won.fencing_token);
                     let request = ReleaseRequest {
                         name: "fence".into(),
                         token: won.token,
                     };
-                    let _ = locks.release(with_timeout(request, call)).await;
+                    let _ = client.release(with_timeout(request, CALL)).await;
                 }
-                tokio::time::sleep(Duration::from_millis(5)).await;
             }
         }
     });
 
-    let enqueued = || told.enqueued.lock().unwrap().len();
-    until("200 tasks confirmed", Duration::from_secs(30), || {
-        enqueued() >= 200
+    let long = Duration::from_secs(30);
+    eventually("200 tasks confirmed", long, || async {
+        ledger.confirmed() >= 200
     })
     .await;
-    let locks_before = told.fencing.lock().unwrap().len();
+    let locks_before = locks.fencing.lock().unwrap().len();
     redis.kill().await;
     redis.restart().await;
-    let at_restart = enqueued();
-    until(
-        "200 more confirmed after the restart",
-        Duration::from_secs(30),
-        || enqueued() >= at_restart + 200,
-    )
+    let at_restart = ledger.confirmed();
+    eventually("200 more confirmed after the restart", long, || async {
+        ledger.confirmed() >= at_restart + 200
+    })
     .await;
-    until(
-        "locks won after the restart",
-        Duration::from_secs(30),
-        || told.fencing.lock().unwrap().len() > locks_before + 5,
-    )
+    eventually("locks won after the restart", long, || async {
+        locks.fencing.lock().unwrap().len() > locks_before + 5
+    })
     .await;
-    told.stop.store(true, Ordering::SeqCst);
+    stop.store(true, Ordering::SeqCst);
     producer.await?;
     locker.await?;
     // Every confirmed task delivered, and nothing left: deliveries whose Ack failed
     // while Redis was down come back when their leases end and are acked then.
-    let mut queues = server.queues().await;
-    let draining = Instant::now();
-    loop {
-        let undelivered = told
-            .enqueued
-            .lock()
-            .unwrap()
-            .difference(&told.delivered.lock().unwrap())
-            .count();
-        // A call may still meet a socket that Redis' restart broke: try again.
-        let Ok(stats) = queues.stats(StatsRequest { queue: "q".into() }).await else {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            continue;
-        };
-        let stats = stats.into_inner();
-        if undelivered == 0 && stats.ready + stats.delayed + stats.in_flight + stats.dead == 0 {
-            break;
-        }
-        assert!(
-            draining.elapsed() < Duration::from_secs(30),
-            "{undelivered} confirmed tasks never delivered; left: {stats:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    told.drained.store(true, Ordering::SeqCst);
+    ledger
+        .wait_drained(&mut server.queues().await, "q", long)
+        .await;
+    drained.store(true, Ordering::SeqCst);
     consumer.await?;
 
-    let (confirmed, acked) = (enqueued(), told.acked.lock().unwrap().len());
-    let deliveries = told.deliveries.load(Ordering::SeqCst);
-    println!(
-        "tasks confirmed {confirmed}, acks answered {acked}, deliveries {deliveries}, \
-         duplicates {}, deliveries after a confirmed ack {}",
-        deliveries.saturating_sub(confirmed),
-        told.after_ack.load(Ordering::SeqCst)
-    );
-    assert_eq!(
-        told.after_ack.load(Ordering::SeqCst),
-        0,
-        "an acked task came back"
-    );
-    let fencing = told.fencing.lock().unwrap().clone();
+    println!("{}", ledger.summary());
+    assert_eq!(ledger.deliveries_after_ack(), 0, "an acked task came back");
+    let fencing = locks.fencing.lock().unwrap().clone();
     assert!(
         fencing.windows(2).all(|pair| pair[0] < pair[1]),
         "fencing tokens went backwards across the restart"
@@ -245,8 +179,8 @@ async fn everything_recovers_when_redis_is_killed_and_restarted_under_load() -> 
     let mut redis = TestRedis::start_durable().await;
     let server =
         TestServer::start_with(&redis, |c| c.redis_timeout = Duration::from_millis(500)).await;
-    let mut health = HealthClient::new(server.channel().await);
-    let ready = |health: &mut HealthClient<tonic::transport::Channel>| {
+    let health = HealthClient::new(server.channel().await);
+    let ready = |health: &HealthClient<tonic::transport::Channel>| {
         let mut health = health.clone();
         async move {
             let reply = health
@@ -314,11 +248,11 @@ async fn everything_recovers_when_redis_is_killed_and_restarted_under_load() -> 
     // Redis dies: readiness drops, calls answer UNAVAILABLE within their deadline, and
     // the Hold, unable to renew past its 1 s lease, says Lost.
     redis.kill().await;
-    let started = Instant::now();
-    while ready(&mut health).await {
-        assert!(started.elapsed() < Duration::from_secs(10), "still SERVING");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually("NOT_SERVING", WAIT, || {
+        let up = ready(&health);
+        async move { !up.await }
+    })
+    .await;
     let status = queues
         .stats(with_timeout(
             StatsRequest {
@@ -344,41 +278,27 @@ async fn everything_recovers_when_redis_is_killed_and_restarted_under_load() -> 
     // Redis is back (its AOF kept alice's lock): readiness returns by itself, and every
     // waiter and stream resumes without a restart of the server.
     redis.restart().await;
-    let started = Instant::now();
-    while !ready(&mut health).await {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "never SERVING again"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let started = Instant::now();
-    loop {
-        let request = ReleaseRequest {
-            name: "held".into(),
-            token: alice.token.clone(),
-        };
-        match locks.release(request).await {
-            Ok(reply) => {
-                assert!(reply.into_inner().released);
-                break;
-            }
-            Err(status) => {
-                assert_eq!(status.code(), Code::Unavailable, "{status:?}");
-                assert!(started.elapsed() < Duration::from_secs(10), "{status:?}");
-            }
+    eventually("SERVING again", WAIT, || ready(&health)).await;
+    let released = retry_unavailable("release", || {
+        let (mut locks, token) = (locks.clone(), alice.token.clone());
+        async move {
+            let request = ReleaseRequest {
+                name: "held".into(),
+                token,
+            };
+            locks.release(request).await
         }
-    }
+    })
+    .await;
+    assert!(released.into_inner().released);
     // Woken at once, not at alice's lease end in 60 s.
     let won = tokio::time::timeout(Duration::from_secs(5), waiting)
         .await???
         .into_inner();
     assert!(won.acquired, "the waiter did not resume");
-    // Each pooled socket fails once after a Redis restart (UNAVAILABLE, safe to retry)
-    // before it is replaced: a client retries, as the contract says it may.
     for queue in ["pushed", "polled"] {
-        let started = Instant::now();
-        loop {
+        retry_unavailable("enqueue", || {
+            let mut queues = queues.clone();
             let request = EnqueueRequest {
                 queue: queue.into(),
                 tasks: vec![TaskSpec {
@@ -386,14 +306,9 @@ async fn everything_recovers_when_redis_is_killed_and_restarted_under_load() -> 
                     ..Default::default()
                 }],
             };
-            match queues.enqueue(request).await {
-                Ok(_) => break,
-                Err(status) => {
-                    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
-                    assert!(started.elapsed() < Duration::from_secs(10), "{status:?}");
-                }
-            }
-        }
+            async move { queues.enqueue(request).await }
+        })
+        .await;
     }
     let pushed = loop {
         let message = tokio::time::timeout(Duration::from_secs(5), subscription.next())

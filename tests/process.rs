@@ -208,14 +208,11 @@ async fn a_sigkilled_server_takes_its_embedded_redis_with_it_and_the_next_one_ke
 
     first.kill()?;
     first.wait()?;
-    let started = std::time::Instant::now();
-    while alive(&redis_pid) {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "redis-server {redis_pid} outlived its SIGKILLed server"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::eventually_blocking(
+        &format!("redis-server {redis_pid} exits with its SIGKILLed server"),
+        common::WAIT,
+        || !alive(&redis_pid),
+    );
 
     // The next server on the same data dir starts its own Redis and finds the task.
     let mut second = serve_embedded(&data);
@@ -251,18 +248,9 @@ async fn a_second_server_never_opens_a_data_dir_whose_redis_is_alive() -> TestRe
         let _ = std::io::BufReader::new(stderr_pipe).read_to_string(&mut text);
         text
     });
-    let started = std::time::Instant::now();
-    let status = loop {
-        if let Some(status) = second.try_wait()? {
-            break status;
-        }
-        if started.elapsed() > Duration::from_secs(30) {
-            let _ = second.kill();
-            let _ = second.wait();
-            panic!("a second server started on a data dir whose redis-server is alive");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    // It must give up (after waiting up to 5 s for a dying Redis); a second server
+    // that started instead would never exit, and is killed when `second` drops.
+    let status = wait_exit(&mut second, Duration::from_secs(30));
     assert!(!status.success());
     stderr.push_str(&reader.join().expect("stderr reader"));
     let last = stderr.lines().last().unwrap_or_default();

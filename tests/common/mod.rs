@@ -152,14 +152,10 @@ impl TestRedis {
     /// test knows that a call reached Redis (a long poll made its first look, a feed
     /// ran its detach) instead of sleeping.
     pub async fn wait_command_calls_above(&self, command: &str, calls: u64) {
-        let started = std::time::Instant::now();
-        while self.command_calls(command).await <= calls {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "{command} did not run"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        eventually(&format!("{command} runs"), WAIT, || async {
+            self.command_calls(command).await > calls
+        })
+        .await;
     }
 
     /// How many times `command` ran (from INFO commandstats, e.g. "evalsha").
@@ -284,18 +280,10 @@ impl TestServer {
     /// Waits (at most 10 s) until `metric` reads `value`: how tests know that calls
     /// are waiting, instead of sleeping.
     pub async fn wait_metric(&self, name: &str, value: f64) {
-        let started = std::time::Instant::now();
-        loop {
-            let now = self.metric(name).await;
-            if now == value {
-                return;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "{name} stayed {now}, expected {value}"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        eventually(&format!("{name} reads {value}"), WAIT, || async {
+            self.metric(name).await == value
+        })
+        .await;
     }
 
     pub async fn channel(&self) -> Channel {
@@ -460,4 +448,180 @@ pub fn assert_drained(stats: &turnstile::pb::StatsResponse) {
         (0, 0, 0, 0),
         "{stats:?}"
     );
+}
+
+/// How long a test waits for something it can observe before it fails.
+pub const WAIT: Duration = Duration::from_secs(10);
+
+/// Checks `done` every 10 ms until it holds, failing after `within`: how tests wait
+/// for something observable (a gauge, a count, a state), never a fixed sleep standing
+/// in for "it has happened by now".
+pub async fn eventually<F, Fut>(what: &str, within: Duration, mut done: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = std::time::Instant::now();
+    while !done().await {
+        assert!(started.elapsed() < within, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// [`eventually`] for tests that watch processes from a plain thread.
+pub fn eventually_blocking(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
+    let started = std::time::Instant::now();
+    while !done() {
+        assert!(started.elapsed() < within, "{what}: not within {within:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A client's pause after a failed call before it tries again, so that a retry loop
+/// does not spin while Redis or a server is down.
+pub async fn backoff() {
+    tokio::time::sleep(Duration::from_millis(20)).await;
+}
+
+/// Calls `call` until it answers, as a client retries UNAVAILABLE (right after a
+/// Redis restart each of the server's pooled sockets fails its first call before it
+/// is replaced); any other error, or no answer within [`WAIT`], fails the test.
+pub async fn retry_unavailable<T, F, Fut>(what: &str, mut call: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+{
+    let started = std::time::Instant::now();
+    loop {
+        match call().await {
+            Ok(answer) => return answer,
+            Err(status) => {
+                assert_eq!(
+                    status.code(),
+                    tonic::Code::Unavailable,
+                    "{what}: {status:?}"
+                );
+                assert!(started.elapsed() < WAIT, "{what}: {status:?}");
+            }
+        }
+    }
+}
+
+/// What clients were told about the tasks of one queue, to check afterwards that
+/// nothing confirmed was lost (used by the fault and chaos runs).
+#[derive(Default)]
+pub struct Ledger {
+    /// Ids whose Enqueue answered.
+    enqueued: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Ids delivered at least once.
+    delivered: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Ids whose Ack answered true. An Ack whose answer was lost (Redis or the server
+    /// died after running it) may have finished its tasks too, so this is reported,
+    /// not required: the queue is checked empty instead.
+    acked: std::sync::Mutex<std::collections::HashSet<String>>,
+    deliveries: std::sync::atomic::AtomicUsize,
+    /// Deliveries of an id after its Ack was confirmed: must stay 0.
+    after_ack: std::sync::atomic::AtomicUsize,
+}
+
+impl Ledger {
+    /// An Enqueue answered for these ids.
+    pub fn enqueued(&self, ids: impl IntoIterator<Item = String>) {
+        self.enqueued.lock().unwrap().extend(ids);
+    }
+
+    /// These tasks were delivered.
+    pub fn delivered(&self, tasks: &[turnstile::pb::Task]) {
+        use std::sync::atomic::Ordering;
+        self.deliveries.fetch_add(tasks.len(), Ordering::SeqCst);
+        let acked = self.acked.lock().unwrap();
+        let mut delivered = self.delivered.lock().unwrap();
+        for task in tasks {
+            if acked.contains(&task.id) {
+                self.after_ack.fetch_add(1, Ordering::SeqCst);
+            }
+            delivered.insert(task.id.clone());
+        }
+    }
+
+    /// An Ack of `tasks` answered `flags`.
+    pub fn acked(&self, tasks: &[turnstile::pb::Task], flags: &[bool]) {
+        let mut acked = self.acked.lock().unwrap();
+        for (task, &done) in tasks.iter().zip(flags) {
+            if done {
+                acked.insert(task.id.clone());
+            }
+        }
+    }
+
+    /// How many ids an Enqueue confirmed.
+    pub fn confirmed(&self) -> usize {
+        self.enqueued.lock().unwrap().len()
+    }
+
+    /// Confirmed ids not delivered yet (about: ids delivered without a confirmed
+    /// enqueue count too), cheap enough for a producer to pace itself by.
+    pub fn backlog(&self) -> usize {
+        let delivered = self.delivered.lock().unwrap().len();
+        self.confirmed().saturating_sub(delivered)
+    }
+
+    /// Confirmed ids never delivered.
+    pub fn undelivered(&self) -> usize {
+        let delivered = self.delivered.lock().unwrap();
+        self.enqueued.lock().unwrap().difference(&delivered).count()
+    }
+
+    /// Deliveries of an id after its Ack was confirmed.
+    pub fn deliveries_after_ack(&self) -> usize {
+        self.after_ack.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Waits until every confirmed task was delivered and `queue` holds nothing in any
+    /// state (deliveries whose Ack failed come back at their lease end and are acked
+    /// then). A call may meet a socket a Redis restart broke: it is simply tried again.
+    pub async fn wait_drained(
+        &self,
+        queues: &mut QueueServiceClient<Channel>,
+        queue: &str,
+        within: Duration,
+    ) {
+        let request = || {
+            with_timeout(
+                turnstile::pb::StatsRequest {
+                    queue: queue.into(),
+                },
+                Duration::from_secs(2),
+            )
+        };
+        eventually(
+            "every confirmed task delivered and the queue drained",
+            within,
+            || {
+                let mut queues = queues.clone();
+                async move {
+                    let Ok(stats) = queues.stats(request()).await else {
+                        return false;
+                    };
+                    let stats = stats.into_inner();
+                    self.undelivered() == 0
+                        && stats.ready + stats.delayed + stats.in_flight + stats.dead == 0
+                }
+            },
+        )
+        .await;
+    }
+
+    /// The figures, for the test's output.
+    pub fn summary(&self) -> String {
+        let confirmed = self.confirmed();
+        let deliveries = self.deliveries.load(std::sync::atomic::Ordering::SeqCst);
+        format!(
+            "tasks confirmed {confirmed}, deliveries {deliveries} ({} duplicates), acks \
+             answered {}, deliveries after a confirmed ack {}",
+            deliveries.saturating_sub(confirmed),
+            self.acked.lock().unwrap().len(),
+            self.deliveries_after_ack()
+        )
+    }
 }
