@@ -555,7 +555,11 @@ async fn redrive_by_ids_and_of_hundreds_of_dead_tasks_in_bounded_runs() -> TestR
         "one unbounded run"
     );
     let after = stats(&mut queues).await?;
-    assert_eq!((after.ready, after.dead), (450, 0), "the stray member is gone too");
+    assert_eq!(
+        (after.ready, after.dead),
+        (450, 0),
+        "the stray member is gone too"
+    );
     Ok(())
 }
 
