@@ -17,7 +17,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{backoff, eventually, ms, with_timeout, Ledger, ServerProcess, TestRedis, TestResult};
+use common::{
+    backoff, eventually, ms, seed_from, with_timeout, Ledger, Rng, ServerProcess, TestRedis,
+    TestResult,
+};
 use tonic::transport::Channel;
 use tonic_health::pb::{
     health_check_response::ServingStatus, health_client::HealthClient, HealthCheckRequest,
@@ -33,23 +36,6 @@ const FAULTS: usize = 12;
 const CALL: Duration = Duration::from_secs(2);
 /// The most the clients may take to make progress after a fault.
 const RECOVER: Duration = Duration::from_secs(30);
-
-/// splitmix64: a small seeded generator, so a run can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// The lock side of the run, and the switches of the clients.
 #[derive(Default)]
@@ -262,10 +248,7 @@ async fn serving(addr: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_loses_no_confirmed_task_and_never_overlaps_lock_holders() -> TestResult {
-    let seed = std::env::var("CHAOS_SEED")
-        .ok()
-        .and_then(|seed| seed.parse().ok())
-        .unwrap_or_else(|| turnstile::time::now_ms() as u64);
+    let seed = seed_from("CHAOS_SEED");
     println!("chaos seed {seed} (replay with CHAOS_SEED={seed})");
     let mut rng = Rng(seed);
     let mut redis = TestRedis::start_durable().await;

@@ -1,9 +1,11 @@
 -- cancel.lua: remove tasks that are not in flight (DELAYED, READY or DEAD).
 -- KEYS[1..8] as in prelude.lua
 -- ARGV: the ids
--- Clock: Redis TIME (for the dedupe window).
+-- Clock: Redis TIME (the dedupe window; leases that ran out end first).
 -- Returns the ids removed.
 local now = now_ms()
+-- A task whose lease ran out is no longer in flight: it may be cancelled.
+reclaim(now)
 local out, done, ends = {}, {}, ending()
 for i = 1, #ARGV do
   local id = ARGV[i]

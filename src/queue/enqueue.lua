@@ -11,6 +11,9 @@
 local now = now_ms()
 -- Scores go to ZADD as strings: converting a Lua number costs more than the ZADD.
 local now_score = string.format('%d', now)
+-- A task whose lease ran out is READY (or DEAD) again, even before a Lease returned
+-- it: REPLACE must see it so.
+reclaim(now)
 redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', now)
 -- Only ids a client chose are looked up (stored task, dedupe window).
 local ids, chosen = {}, {}

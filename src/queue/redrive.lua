@@ -4,9 +4,12 @@
 -- KEYS[1..8] as in prelude.lua
 -- ARGV[1] the queue-changed channel, ARGV[2] its message, ARGV[3] the most DEAD
 -- tasks to take when no ids are given, then the ids (none: the oldest DEAD tasks)
--- No clock: a dead task's due time is in the past, so it is READY at once.
+-- Clock: Redis TIME, only to return leases that ran out first (a task whose last
+-- lease ran out is DEAD, whether or not a Lease noticed yet). A dead task's due time
+-- is in the past, so it is READY at once.
 -- Returns {moved, looked at}: a run of all DEAD tasks that looked at ARGV[3] of
 -- them may have left more.
+reclaim(now_ms())
 local ids, members = {}, nil
 if #ARGV > 3 then
   for i = 4, #ARGV do

@@ -625,3 +625,30 @@ impl Ledger {
         )
     }
 }
+
+/// splitmix64: a small seeded generator, so a randomised run (chaos, model) replays
+/// from its seed.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// The seed for a randomised run: `var` from the environment (to replay a failure),
+/// or the clock.
+pub fn seed_from(var: &str) -> u64 {
+    std::env::var(var)
+        .ok()
+        .and_then(|seed| seed.parse().ok())
+        .unwrap_or_else(|| turnstile::time::now_ms() as u64)
+}

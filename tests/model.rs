@@ -1,0 +1,853 @@
+//! A model-based test of the queue: seeded random sequences of Enqueue, Lease, Ack, Nack,
+//! ExtendLease, Cancel, Redrive, Peek, Stats and the passing of time run against the
+//! real server and, side by side, against a small in-memory model of the contract
+//! ("turnstile.v1.QueueService"). Every reply must be one the model allows, and after
+//! every step `Stats` and the listing of every state (in delivery order) must agree.
+//! `MODEL_SEED=<n> cargo test --test model` replays a run.
+//!
+//! Time is Redis' clock, which no test can stop: each call is bracketed by two reads of
+//! Redis `TIME`, and the model is asked for its answer at every instant in between at
+//! which its answer could change (a task falling due, a lease running out). A reply
+//! must match one of those answers. Values the server derives from its own "now" (a
+//! lease's end, a Nack's due time, `enqueued_at`) are held as ranges until a reply
+//! shows them, then adopted.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use common::{seed_from, Rng, TestRedis, TestResult, TestServer};
+use tonic::transport::Channel;
+use turnstile::pb::{
+    queue_service_client::QueueServiceClient, task_spec::Schedule, AckRequest, CancelRequest,
+    DuplicatePolicy, EnqueueRequest, ExtendLeaseRequest, LeaseRequest, NackRequest, PeekRequest,
+    RedriveRequest, StatsRequest, Task, TaskSpec, TaskState,
+};
+
+/// Steps per run, and runs (seeds) per test.
+const STEPS: usize = 250;
+const RUNS: u64 = 2;
+/// The ids a run draws from: few, so that duplicates, replaces and stale receipts
+/// are common.
+const IDS: u64 = 6;
+/// "Soon": due times and leases that pass during a run (ms from now).
+const SOON: (u64, u64) = (300, 1500);
+/// Far away: never passes during a run.
+const HOUR: i64 = 3_600_000;
+/// The contract's default `max_attempts`.
+const DEFAULT_MAX_ATTEMPTS: u32 = 25;
+
+/// An instant (Unix ms) known to lie in `lo..=hi`; exact once a reply showed it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Span {
+    lo: i64,
+    hi: i64,
+}
+
+impl Span {
+    fn at(t: i64) -> Self {
+        Span { lo: t, hi: t }
+    }
+
+    fn shift(self, by: i64) -> Self {
+        Span {
+            lo: self.lo + by,
+            hi: self.hi + by,
+        }
+    }
+
+    fn holds(self, t: i64) -> bool {
+        (self.lo..=self.hi).contains(&t)
+    }
+
+    fn min(self, other: Span) -> Span {
+        Span {
+            lo: self.lo.min(other.lo),
+            hi: self.hi.min(other.hi),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum St {
+    Pending,
+    InFlight,
+    Dead,
+}
+
+#[derive(Clone, Debug)]
+struct MTask {
+    payload: Vec<u8>,
+    /// Enqueue order (ties in due time leave in it); a REPLACE takes a new one.
+    seq: u64,
+    due: Span,
+    enqueued: Span,
+    attempt: u32,
+    max_attempts: u32,
+    dedupe_ms: i64,
+    st: St,
+    /// The live delivery's receipt and lease end (in flight only).
+    receipt: String,
+    lease_end: i64,
+}
+
+/// A task row the model expects: `receipt` `None` for a new one the server picks.
+#[derive(Clone, Debug)]
+struct Row {
+    id: String,
+    payload: Vec<u8>,
+    state: TaskState,
+    due: Span,
+    enqueued: Span,
+    attempt: u32,
+    max_attempts: u32,
+    receipt: Option<String>,
+    lease_end: Option<Span>,
+}
+
+/// What the model expects of one call.
+#[derive(Clone, Debug)]
+enum Reply {
+    Enqueue(Vec<(bool, bool, Option<Span>)>),
+    Tasks(Vec<Row>),
+    Acked(Vec<bool>),
+    Nacked(bool, bool),
+    Extended(Option<Span>),
+    Cancelled(Vec<String>),
+    Redriven(u64),
+    Stats([u64; 4], Option<Span>, Option<Span>),
+}
+
+/// The queue as the contract describes it.
+#[derive(Clone, Debug, Default)]
+struct Model {
+    tasks: BTreeMap<String, MTask>,
+    /// Ids held by a dedupe window, until (Unix ms).
+    reserved: BTreeMap<String, i64>,
+    seq: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Spec {
+    id: String,
+    payload: Vec<u8>,
+    due: i64,
+    replace: bool,
+    max_attempts: u32,
+    dedupe_ms: i64,
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Enqueue(Vec<Spec>),
+    Lease {
+        max_tasks: u32,
+        visibility: i64,
+        auto_ack: bool,
+    },
+    Ack(Vec<String>),
+    Nack {
+        receipt: String,
+        delay: i64,
+    },
+    Extend {
+        receipt: String,
+        visibility: i64,
+    },
+    Cancel(Vec<String>),
+    Redrive(Vec<String>),
+    Peek {
+        state: TaskState,
+        limit: u32,
+    },
+    Stats,
+}
+
+impl Model {
+    /// Expired leases end as the contract says: the task is READY again at its
+    /// original due time, or DEAD after its last attempt.
+    fn expire(&mut self, now: i64) {
+        for task in self.tasks.values_mut() {
+            if task.st == St::InFlight && task.lease_end <= now {
+                task.receipt.clear();
+                task.lease_end = 0;
+                task.st = if task.attempt >= task.max_attempts {
+                    St::Dead
+                } else {
+                    St::Pending
+                };
+            }
+        }
+        self.reserved.retain(|_, until| *until > now);
+    }
+
+    /// The instants in `(from, to]` at which the model's answers could change.
+    fn changes_within(&self, from: i64, to: i64) -> BTreeSet<i64> {
+        let mut at = BTreeSet::new();
+        for task in self.tasks.values() {
+            for t in [task.due.lo, task.due.hi, task.lease_end] {
+                if t > from && t <= to {
+                    at.insert(t);
+                }
+            }
+        }
+        at.extend(self.reserved.values().filter(|t| **t > from && **t <= to));
+        at
+    }
+
+    fn remove(&mut self, id: &str, now: i64) {
+        let task = self.tasks.remove(id).expect("a task to remove");
+        if task.dedupe_ms > 0 {
+            self.reserved.insert(id.into(), now + task.dedupe_ms);
+        }
+    }
+
+    fn state(&self, task: &MTask, now: i64) -> TaskState {
+        match task.st {
+            St::InFlight => TaskState::InFlight,
+            St::Dead => TaskState::Dead,
+            St::Pending if task.due.lo <= now => TaskState::Ready,
+            St::Pending => TaskState::Delayed,
+        }
+    }
+
+    fn row(&self, id: &str, task: &MTask, now: i64) -> Row {
+        Row {
+            id: id.into(),
+            payload: task.payload.clone(),
+            state: self.state(task, now),
+            due: task.due,
+            enqueued: task.enqueued,
+            attempt: task.attempt,
+            max_attempts: task.max_attempts,
+            receipt: Some(String::new()),
+            lease_end: (task.lease_end > 0).then(|| Span::at(task.lease_end)),
+        }
+    }
+
+    /// The ids in `state`, in delivery order: due time (lease end for IN_FLIGHT),
+    /// then enqueue order.
+    fn listing(&self, state: TaskState, now: i64) -> Vec<String> {
+        let mut ids: Vec<_> = self
+            .tasks
+            .iter()
+            .filter(|(_, task)| self.state(task, now) == state)
+            .map(|(id, task)| {
+                let at = if state == TaskState::InFlight {
+                    task.lease_end
+                } else {
+                    task.due.lo
+                };
+                ((at, task.seq), id.clone())
+            })
+            .collect();
+        ids.sort();
+        ids.into_iter().map(|(_, id)| id).collect()
+    }
+
+    fn live(&self, receipt: &str, now: i64) -> Option<String> {
+        let id = receipt.split_once(':')?.1;
+        let task = self.tasks.get(id)?;
+        (task.st == St::InFlight && task.receipt == receipt && task.lease_end > now)
+            .then(|| id.to_string())
+    }
+
+    /// Applies `op` as a call whose script ran at some instant in `now` (no answer
+    /// of the model changes within it), and returns the reply it expects.
+    fn apply(&mut self, op: &Op, now: Span) -> Reply {
+        let t = now.lo;
+        self.expire(t);
+        match op {
+            Op::Enqueue(specs) => {
+                let mut out = Vec::new();
+                for spec in specs {
+                    if self.reserved.contains_key(&spec.id) {
+                        out.push((false, false, None));
+                        continue;
+                    }
+                    let old = self.tasks.get(&spec.id);
+                    if let Some(old) = old {
+                        if !spec.replace || old.st == St::InFlight {
+                            out.push((false, false, Some(old.due)));
+                            continue;
+                        }
+                    }
+                    let enqueued = old.map_or(now, |old| old.enqueued);
+                    let created = old.is_none();
+                    self.seq += 1;
+                    self.tasks.insert(
+                        spec.id.clone(),
+                        MTask {
+                            payload: spec.payload.clone(),
+                            seq: self.seq,
+                            due: Span::at(spec.due),
+                            enqueued,
+                            attempt: 0,
+                            max_attempts: if spec.max_attempts == 0 {
+                                DEFAULT_MAX_ATTEMPTS
+                            } else {
+                                spec.max_attempts
+                            },
+                            dedupe_ms: spec.dedupe_ms,
+                            st: St::Pending,
+                            receipt: String::new(),
+                            lease_end: 0,
+                        },
+                    );
+                    out.push((created, !created, Some(Span::at(spec.due))));
+                }
+                Reply::Enqueue(out)
+            }
+            Op::Lease {
+                max_tasks,
+                visibility,
+                auto_ack,
+            } => {
+                let mut rows = Vec::new();
+                let ready = self.listing(TaskState::Ready, t);
+                for id in ready.into_iter().take((*max_tasks).max(1) as usize) {
+                    let task = self.tasks.get_mut(&id).unwrap();
+                    task.attempt += 1;
+                    task.st = St::InFlight;
+                    let mut row = self.row(&id, &self.tasks[&id], t);
+                    if *auto_ack {
+                        self.remove(&id, t);
+                    } else {
+                        // Receipt and lease end are adopted from the reply.
+                        row.receipt = None;
+                        row.lease_end = Some(now.shift(*visibility));
+                    }
+                    rows.push(row);
+                }
+                Reply::Tasks(rows)
+            }
+            Op::Ack(receipts) => {
+                let mut out = Vec::new();
+                for receipt in receipts {
+                    match self.live(receipt, t) {
+                        Some(id) => {
+                            self.remove(&id, t);
+                            out.push(true);
+                        }
+                        None => out.push(false),
+                    }
+                }
+                Reply::Acked(out)
+            }
+            Op::Nack { receipt, delay } => match self.live(receipt, t) {
+                None => Reply::Nacked(false, false),
+                Some(id) => {
+                    let task = self.tasks.get_mut(&id).unwrap();
+                    task.receipt.clear();
+                    task.lease_end = 0;
+                    if task.attempt >= task.max_attempts {
+                        task.st = St::Dead;
+                        Reply::Nacked(false, true)
+                    } else {
+                        task.st = St::Pending;
+                        task.due = now.shift(*delay);
+                        Reply::Nacked(true, false)
+                    }
+                }
+            },
+            Op::Extend {
+                receipt,
+                visibility,
+            } => match self.live(receipt, t) {
+                None => Reply::Extended(None),
+                // The new end is adopted from the reply.
+                Some(_) => Reply::Extended(Some(now.shift(*visibility))),
+            },
+            Op::Cancel(ids) => {
+                let mut out = Vec::new();
+                for id in ids {
+                    if self
+                        .tasks
+                        .get(id)
+                        .is_some_and(|task| task.st != St::InFlight)
+                    {
+                        self.remove(id, t);
+                        out.push(id.clone());
+                    }
+                }
+                Reply::Cancelled(out)
+            }
+            Op::Redrive(ids) => {
+                let ids: Vec<String> = if ids.is_empty() {
+                    self.tasks.keys().cloned().collect()
+                } else {
+                    ids.clone()
+                };
+                let mut moved = 0;
+                for id in ids {
+                    if let Some(task) = self.tasks.get_mut(&id).filter(|task| task.st == St::Dead) {
+                        task.st = St::Pending;
+                        task.attempt = 0;
+                        moved += 1;
+                    }
+                }
+                Reply::Redriven(moved)
+            }
+            Op::Peek { state, limit } => {
+                let limit = if *limit == 0 { 10 } else { *limit as usize };
+                let ids = self.listing(*state, t);
+                Reply::Tasks(
+                    ids.iter()
+                        .take(limit)
+                        .map(|id| self.row(id, &self.tasks[id], t))
+                        .collect(),
+                )
+            }
+            Op::Stats => {
+                let mut counts = [0u64; 4];
+                let (mut oldest, mut next): (Option<Span>, Option<Span>) = (None, None);
+                for task in self.tasks.values() {
+                    match self.state(task, t) {
+                        TaskState::Ready => {
+                            counts[0] += 1;
+                            oldest = Some(oldest.map_or(task.due, |o| o.min(task.due)));
+                        }
+                        TaskState::Delayed => {
+                            counts[1] += 1;
+                            next = Some(next.map_or(task.due, |n| n.min(task.due)));
+                        }
+                        TaskState::InFlight => counts[2] += 1,
+                        _ => counts[3] += 1,
+                    }
+                }
+                Reply::Stats(counts, oldest, next)
+            }
+        }
+    }
+}
+
+/// The server's answer to one call, in the model's terms.
+#[derive(Debug)]
+enum Actual {
+    Enqueue(Vec<(bool, bool, Option<i64>)>),
+    Tasks(Vec<Task>),
+    Acked(Vec<bool>),
+    Nacked(bool, bool),
+    Extended(Option<i64>),
+    Cancelled(Vec<String>),
+    Redriven(u64),
+    Stats([u64; 4], Option<i64>, Option<i64>),
+}
+
+fn ms_of(ts: &Option<prost_types::Timestamp>) -> Option<i64> {
+    ts.as_ref()
+        .map(|ts| ts.seconds * 1000 + i64::from(ts.nanos) / 1_000_000)
+}
+
+fn span_holds(span: Option<Span>, t: Option<i64>) -> bool {
+    match (span, t) {
+        (None, None) => true,
+        (Some(span), Some(t)) => span.holds(t),
+        _ => false,
+    }
+}
+
+fn row_matches(row: &Row, task: &Task) -> bool {
+    row.id == task.id
+        && row.payload == task.payload.as_ref()
+        && row.state as i32 == task.state
+        && span_holds(Some(row.due), ms_of(&task.due_at))
+        && span_holds(Some(row.enqueued), ms_of(&task.enqueued_at))
+        && row.attempt == task.attempt
+        && row.max_attempts == task.max_attempts
+        && row
+            .receipt
+            .as_ref()
+            .map_or(!task.receipt.is_empty(), |r| *r == task.receipt)
+        && span_holds(row.lease_end, ms_of(&task.lease_expires_at))
+}
+
+/// Whether the server's reply is one the model expects. Rows are compared in order
+/// (the model computes delivery order from exact times: every instant a listing is
+/// ordered by has been adopted from an earlier reply).
+fn matches(expected: &Reply, actual: &Actual) -> bool {
+    match (expected, actual) {
+        (Reply::Enqueue(e), Actual::Enqueue(a)) => {
+            e.len() == a.len()
+                && e.iter().zip(a).all(|((c, r, due), (ac, ar, adue))| {
+                    c == ac && r == ar && span_holds(*due, *adue)
+                })
+        }
+        (Reply::Tasks(rows), Actual::Tasks(tasks)) => {
+            rows.len() == tasks.len() && rows.iter().zip(tasks).all(|(r, t)| row_matches(r, t))
+        }
+        (Reply::Acked(e), Actual::Acked(a)) => e == a,
+        (Reply::Nacked(r, d), Actual::Nacked(ar, ad)) => r == ar && d == ad,
+        (Reply::Extended(e), Actual::Extended(a)) => span_holds(*e, *a),
+        (Reply::Cancelled(e), Actual::Cancelled(a)) => e == a,
+        (Reply::Redriven(e), Actual::Redriven(a)) => e == a,
+        (Reply::Stats(c, o, n), Actual::Stats(ac, ao, an)) => {
+            c == ac && span_holds(*o, *ao) && span_holds(*n, *an)
+        }
+        _ => false,
+    }
+}
+
+impl Model {
+    /// Takes in what a matching reply showed: receipts, lease ends, and the exact
+    /// instants the model held as ranges.
+    fn adopt(&mut self, op: &Op, actual: &Actual) {
+        match actual {
+            Actual::Tasks(tasks) => {
+                for shown in tasks {
+                    let Some(task) = self.tasks.get_mut(&shown.id) else {
+                        continue;
+                    };
+                    task.due = Span::at(ms_of(&shown.due_at).unwrap());
+                    task.enqueued = Span::at(ms_of(&shown.enqueued_at).unwrap());
+                    if matches!(op, Op::Lease { .. }) {
+                        task.receipt = shown.receipt.clone();
+                        task.lease_end = ms_of(&shown.lease_expires_at).unwrap();
+                    }
+                }
+            }
+            Actual::Extended(Some(end)) => {
+                let Op::Extend { receipt, .. } = op else {
+                    unreachable!()
+                };
+                let id = receipt.split_once(':').unwrap().1;
+                self.tasks.get_mut(id).unwrap().lease_end = *end;
+            }
+            _ => {}
+        }
+    }
+}
+
+struct Run {
+    queues: QueueServiceClient<Channel>,
+    redis: redis::aio::MultiplexedConnection,
+    model: Model,
+    /// Every receipt the server handed out, stale ones included.
+    receipts: Vec<String>,
+    log: Vec<String>,
+}
+
+impl Run {
+    /// Redis' clock, in Unix ms (the clock the scripts use).
+    async fn redis_now(&mut self) -> i64 {
+        let (secs, micros): (i64, i64) = redis::cmd("TIME")
+            .query_async(&mut self.redis)
+            .await
+            .expect("redis TIME");
+        secs * 1000 + micros / 1000
+    }
+
+    async fn call(&mut self, op: &Op) -> Actual {
+        let q = || "model".to_string();
+        let queues = &mut self.queues;
+        let result = match op.clone() {
+            Op::Enqueue(specs) => queues
+                .enqueue(EnqueueRequest {
+                    queue: q(),
+                    tasks: specs
+                        .into_iter()
+                        .map(|s| TaskSpec {
+                            id: s.id,
+                            payload: s.payload.into(),
+                            schedule: Some(Schedule::DueAt(prost_types::Timestamp {
+                                seconds: s.due.div_euclid(1000),
+                                nanos: (s.due.rem_euclid(1000) * 1_000_000) as i32,
+                            })),
+                            on_duplicate: if s.replace {
+                                DuplicatePolicy::Replace as i32
+                            } else {
+                                DuplicatePolicy::Keep as i32
+                            },
+                            max_attempts: s.max_attempts,
+                            dedupe_window: (s.dedupe_ms > 0)
+                                .then(|| common::ms(s.dedupe_ms).unwrap()),
+                        })
+                        .collect(),
+                })
+                .await
+                .map(|r| {
+                    Actual::Enqueue(
+                        r.into_inner()
+                            .results
+                            .iter()
+                            .map(|r| (r.created, r.replaced, ms_of(&r.due_at)))
+                            .collect(),
+                    )
+                }),
+            Op::Lease {
+                max_tasks,
+                visibility,
+                auto_ack,
+            } => queues
+                .lease(LeaseRequest {
+                    queue: q(),
+                    max_tasks,
+                    visibility: common::ms(visibility),
+                    auto_ack,
+                    ..Default::default()
+                })
+                .await
+                .map(|r| Actual::Tasks(r.into_inner().tasks)),
+            Op::Ack(receipts) => queues
+                .ack(AckRequest {
+                    queue: q(),
+                    receipts,
+                })
+                .await
+                .map(|r| Actual::Acked(r.into_inner().acked)),
+            Op::Nack { receipt, delay } => queues
+                .nack(NackRequest {
+                    queue: q(),
+                    receipt,
+                    delay: common::ms(delay),
+                })
+                .await
+                .map(|r| {
+                    let r = r.into_inner();
+                    Actual::Nacked(r.requeued, r.dead)
+                }),
+            Op::Extend {
+                receipt,
+                visibility,
+            } => queues
+                .extend_lease(ExtendLeaseRequest {
+                    queue: q(),
+                    receipt,
+                    visibility: common::ms(visibility),
+                })
+                .await
+                .map(|r| {
+                    let r = r.into_inner();
+                    Actual::Extended(r.extended.then(|| ms_of(&r.lease_expires_at).unwrap()))
+                }),
+            Op::Cancel(ids) => queues
+                .cancel(CancelRequest { queue: q(), ids })
+                .await
+                .map(|r| Actual::Cancelled(r.into_inner().cancelled)),
+            Op::Redrive(ids) => queues
+                .redrive(RedriveRequest { queue: q(), ids })
+                .await
+                .map(|r| Actual::Redriven(r.into_inner().redriven)),
+            Op::Peek { state, limit } => queues
+                .peek(PeekRequest {
+                    queue: q(),
+                    state: state as i32,
+                    limit,
+                })
+                .await
+                .map(|r| Actual::Tasks(r.into_inner().tasks)),
+            Op::Stats => queues.stats(StatsRequest { queue: q() }).await.map(|r| {
+                let r = r.into_inner();
+                Actual::Stats(
+                    [r.ready, r.delayed, r.in_flight, r.dead],
+                    ms_of(&r.oldest_ready_at),
+                    ms_of(&r.next_due_at),
+                )
+            }),
+        };
+        result.unwrap_or_else(|status| panic!("{op:?} failed: {status:?}\n{}", self.log.join("\n")))
+    }
+
+    /// Runs `op` on the server and checks the reply against the model at each instant
+    /// the call could have run at; the first that matches becomes the model.
+    async fn step(&mut self, op: Op) {
+        let from = self.redis_now().await;
+        let actual = self.call(&op).await;
+        let to = self.redis_now().await;
+        // The instants at which the model's answer could change split from..=to into
+        // stretches that each have one answer.
+        let mut starts = vec![from];
+        starts.extend(self.model.changes_within(from, to));
+        let mut tried = Vec::new();
+        for (n, &lo) in starts.iter().enumerate() {
+            let hi = starts.get(n + 1).map_or(to, |next| next - 1);
+            let mut model = self.model.clone();
+            let expected = model.apply(&op, Span { lo, hi });
+            if matches(&expected, &actual) {
+                model.adopt(&op, &actual);
+                if let Actual::Tasks(tasks) = &actual {
+                    if matches!(op, Op::Lease { .. }) {
+                        self.receipts.extend(
+                            tasks
+                                .iter()
+                                .map(|t| t.receipt.clone())
+                                .filter(|r| !r.is_empty()),
+                        );
+                    }
+                }
+                self.model = model;
+                self.log.push(format!("{op:?} -> {actual:?}"));
+                return;
+            }
+            tried.push(format!("  at {lo}..={hi}: {expected:?}"));
+        }
+        panic!(
+            "the server and the model disagree on {op:?}\nserver: {actual:?}\nmodel:\n{}\nmodel state: {:#?}\nsteps so far:\n{}",
+            tried.join("\n"),
+            self.model,
+            self.log.join("\n")
+        );
+    }
+
+    /// Stats and every state's full listing, in delivery order.
+    async fn observe(&mut self) {
+        for state in [
+            TaskState::Ready,
+            TaskState::Delayed,
+            TaskState::InFlight,
+            TaskState::Dead,
+        ] {
+            self.step(Op::Peek { state, limit: 1000 }).await;
+        }
+        self.step(Op::Stats).await;
+    }
+
+    /// Waits for Redis' clock to pass the model's next change (a task falling due, a
+    /// lease running out), if one is near.
+    async fn advance(&mut self) {
+        let now = self.redis_now().await;
+        let Some(&next) = self
+            .model
+            .changes_within(now, now + 2 * SOON.1 as i64)
+            .first()
+        else {
+            return;
+        };
+        self.log.push(format!("advance to {next}"));
+        tokio::time::sleep(Duration::from_millis((next - now) as u64)).await;
+        while self.redis_now().await < next {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    fn receipt(&self, rng: &mut Rng) -> String {
+        if self.receipts.is_empty() || rng.below(10) == 0 {
+            // One the server never made.
+            return format!("forged:t{}", rng.below(IDS));
+        }
+        self.receipts[rng.below(self.receipts.len() as u64) as usize].clone()
+    }
+}
+
+fn id(rng: &mut Rng) -> String {
+    format!("t{}", rng.below(IDS))
+}
+
+fn soon(rng: &mut Rng) -> i64 {
+    (SOON.0 + rng.below(SOON.1 - SOON.0)) as i64
+}
+
+/// A random step; times relative to `now` (Redis' clock) and the run's `start`. Right
+/// after time passed, a step that must see a lease that ran out (and that nothing
+/// returned yet) as ended is likelier.
+fn pick(rng: &mut Rng, run: &Run, now: i64, start: i64, time_passed: bool) -> Option<Op> {
+    let kind = if time_passed && rng.below(2) == 0 {
+        [0, 71, 77][rng.below(3) as usize]
+    } else {
+        rng.below(100)
+    };
+    Some(match kind {
+        0..=24 => Op::Enqueue(
+            (0..1 + rng.below(3))
+                .map(|_| Spec {
+                    id: id(rng),
+                    payload: (0..rng.below(6)).map(|_| rng.below(256) as u8).collect(),
+                    due: match rng.below(3) {
+                        // Past times from a small set, so that ties are common.
+                        0 => start - HOUR + rng.below(4) as i64 * 1000,
+                        1 => now + soon(rng),
+                        _ => start + 2 * HOUR + rng.below(4) as i64 * 1000,
+                    },
+                    replace: rng.below(2) == 0,
+                    max_attempts: [0, 1, 2, 3][rng.below(4) as usize],
+                    dedupe_ms: if rng.below(6) == 0 { HOUR } else { 0 },
+                })
+                .collect(),
+        ),
+        25..=44 => Op::Lease {
+            max_tasks: [0, 1, 2, 3, 5][rng.below(5) as usize],
+            visibility: if rng.below(2) == 0 { soon(rng) } else { HOUR },
+            auto_ack: rng.below(8) == 0,
+        },
+        45..=54 => Op::Ack((0..1 + rng.below(3)).map(|_| run.receipt(rng)).collect()),
+        55..=64 => Op::Nack {
+            receipt: run.receipt(rng),
+            delay: if rng.below(2) == 0 { 0 } else { 2 * HOUR },
+        },
+        65..=70 => Op::Extend {
+            receipt: run.receipt(rng),
+            visibility: if rng.below(2) == 0 { soon(rng) } else { HOUR },
+        },
+        71..=76 => Op::Cancel((0..1 + rng.below(2)).map(|_| id(rng)).collect()),
+        77..=82 => Op::Redrive(if rng.below(2) == 0 {
+            Vec::new()
+        } else {
+            vec![id(rng)]
+        }),
+        83..=89 => Op::Peek {
+            state: [
+                TaskState::Ready,
+                TaskState::Delayed,
+                TaskState::InFlight,
+                TaskState::Dead,
+            ][rng.below(4) as usize],
+            limit: rng.below(4) as u32,
+        },
+        90..=93 => Op::Stats,
+        _ => return None,
+    })
+}
+
+async fn run_model(server: &TestServer, redis: &TestRedis, seed: u64) {
+    let mut run = Run {
+        queues: server.queues().await,
+        redis: redis.conn().await,
+        model: Model::default(),
+        receipts: Vec::new(),
+        log: vec![format!("seed {seed} (replay with MODEL_SEED={seed})")],
+    };
+    // Each run has its own queue contents: start from an empty queue.
+    redis::cmd("FLUSHALL")
+        .query_async::<()>(&mut run.redis)
+        .await
+        .unwrap();
+    let mut rng = Rng(seed);
+    let start = run.redis_now().await;
+    let mut time_passed = false;
+    for _ in 0..STEPS {
+        let now = run.redis_now().await;
+        // Most steps are followed by a full look; the passing of time is not, so that
+        // the next call meets leases that ran out and that nothing has returned yet.
+        match pick(&mut rng, &run, now, start, time_passed) {
+            Some(op) => {
+                time_passed = false;
+                let look = matches!(op, Op::Nack { .. }) || rng.below(3) > 0;
+                run.step(op).await;
+                if look {
+                    run.observe().await;
+                }
+            }
+            None => {
+                run.advance().await;
+                time_passed = true;
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_queue_agrees_with_its_model_on_every_reply_and_listing() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let seed = seed_from("MODEL_SEED");
+    for n in 0..RUNS {
+        println!(
+            "model seed {} (replay with MODEL_SEED={})",
+            seed + n,
+            seed + n
+        );
+        run_model(&server, &redis, seed + n).await;
+    }
+    Ok(())
+}
