@@ -531,11 +531,7 @@ struct Run {
 impl Run {
     /// Redis' clock, in Unix ms (the clock the scripts use).
     async fn redis_now(&mut self) -> i64 {
-        let (secs, micros): (i64, i64) = redis::cmd("TIME")
-            .query_async(&mut self.redis)
-            .await
-            .expect("redis TIME");
-        secs * 1000 + micros / 1000
+        common::redis_now_ms(&mut self.redis).await
     }
 
     async fn call(&mut self, op: &Op) -> Actual {

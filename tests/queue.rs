@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{ms, unix_ms, TestRedis, TestResult, TestServer};
+use common::{eventually, ms, redis_now_ms, unix_ms, TestRedis, TestResult, TestServer, WAIT};
 use redis::AsyncCommands;
 use tonic::{transport::Channel, Code};
 use turnstile::pb::{
@@ -560,6 +560,50 @@ async fn redrive_by_ids_and_of_hundreds_of_dead_tasks_in_bounded_runs() -> TestR
         (450, 0),
         "the stray member is gone too"
     );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_leases_running_out_at_once_than_one_script_run_returns_all_come_back() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    // 2,500 tasks due an hour ago, a millisecond apart: more than one script run
+    // returns (1,000), so each script meets a backlog it must work through first.
+    let past = turnstile::time::now_ms() - 3_600_000;
+    for batch in 0..3 {
+        let tasks = (batch * 1000..(batch * 1000 + 1000).min(2500))
+            .map(|n| TaskSpec {
+                schedule: Some(Schedule::DueAt(turnstile::time::timestamp_from_ms(
+                    past + n,
+                ))),
+                ..spec(&format!("t{n:04}"), "x")
+            })
+            .collect();
+        enqueue(&mut queues, tasks).await?;
+    }
+    let mut last_end = 0;
+    for _ in 0..3 {
+        for task in lease(&mut queues, 1000, 300).await? {
+            last_end = last_end.max(unix_ms(&task.lease_expires_at));
+        }
+    }
+    assert_eq!(stats(&mut queues).await?.in_flight, 2500);
+    let conn = redis.conn().await;
+    eventually("every lease ran out (Redis' clock)", WAIT, || {
+        let mut conn = conn.clone();
+        async move { redis_now_ms(&mut conn).await > last_end }
+    })
+    .await;
+    // Nothing has returned them yet; the first look sees them all back.
+    let depth = stats(&mut queues).await?;
+    assert_eq!((depth.ready, depth.in_flight), (2500, 0));
+    let ready = peek(&mut queues, TaskState::Ready, 1000).await?;
+    assert_eq!(ready.len(), 1000);
+    assert!(ready
+        .iter()
+        .enumerate()
+        .all(|(n, task)| task.id == format!("t{n:04}") && task.attempt == 1));
     Ok(())
 }
 

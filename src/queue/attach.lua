@@ -4,9 +4,13 @@
 -- KEYS[1..8] as in prelude.lua
 -- ARGV[1] tag, ARGV[2] session, ARGV[3] visibility ms
 -- Clock: Redis TIME.
+-- A run that returned a full run's worth of expired leases answers AGAIN and does
+-- nothing else (prelude.lua reclaim()); the store runs it again.
 -- Returns 9 per task as prelude.lua's push_row().
 local now = now_ms()
-reclaim(now)
+if reclaim(now) then
+  return again()
+end
 local tag = ARGV[1]
 local out = {}
 each_leased(tag, function(entry, id, meta)

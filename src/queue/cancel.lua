@@ -2,10 +2,14 @@
 -- KEYS[1..8] as in prelude.lua
 -- ARGV: the ids
 -- Clock: Redis TIME (the dedupe window; leases that ran out end first).
+-- A run that returned a full run's worth of expired leases answers AGAIN and does
+-- nothing else (prelude.lua reclaim()); the store runs it again.
 -- Returns the ids removed.
 local now = now_ms()
 -- A task whose lease ran out is no longer in flight: it may be cancelled.
-reclaim(now)
+if reclaim(now) then
+  return again()
+end
 local out, done, ends = {}, {}, ending()
 for i = 1, #ARGV do
   local id = ARGV[i]

@@ -7,11 +7,15 @@
 -- return (always at least one task), then 4 per stream: tag, session,
 -- max_in_flight, visibility ms
 -- Clock: Redis TIME.
+-- A run that returned a full run's worth of expired leases answers AGAIN and does
+-- nothing else (prelude.lua reclaim()); the store runs it again.
 -- Returns {now, next_pending, next_lease_end, held_1..held_n, rows...}: next_* are -1
 -- when none; held_i is stream i's deliveries after this call; then 10 per task:
 -- the stream's index (1-based), then prelude.lua's push_row().
 local now = now_ms()
-reclaim(now)
+if reclaim(now) then
+  return again()
+end
 local streams = {}
 local free_total = 0
 for i = 3, #ARGV, 4 do

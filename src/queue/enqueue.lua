@@ -5,6 +5,8 @@
 --   schedule value, policy ('k' keep | 'r' replace | 'u' unique: a fresh random id
 --   the server made, never looked up), max_attempts, dedupe window ms
 -- Clock: Redis TIME.
+-- A run that returned a full run's worth of expired leases answers AGAIN and does
+-- nothing else (prelude.lua reclaim()); the store runs it again.
 -- Returns 3 per task: created (0/1), replaced (0/1), due (Unix ms; 0 if none stored).
 -- Tasks are decided in order, as if enqueued one by one: a later task with an id
 -- earlier in the batch sees that one. The writes then go out as one command per key.
@@ -13,7 +15,9 @@ local now = now_ms()
 local now_score = string.format('%d', now)
 -- A task whose lease ran out is READY (or DEAD) again, even before a Lease returned
 -- it: REPLACE must see it so.
-reclaim(now)
+if reclaim(now) then
+  return again()
+end
 redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', now)
 -- Only ids a client chose are looked up (stored task, dedupe window).
 local ids, chosen = {}, {}

@@ -5,11 +5,15 @@
 -- ARGV[4] the most payload bytes to return (always at least one task),
 -- ARGV[5] receipt prefix (random, per call)
 -- Clock: Redis TIME.
+-- A run that returned a full run's worth of expired leases answers AGAIN and does
+-- nothing else (prelude.lua reclaim()); the store runs it again.
 -- Returns {next_due, rows...}: next_due is the score of the first pending task not
 -- taken (or of the first lease to expire, if sooner; -1 if none), then 9 per task
 -- as prelude.lua's push_row().
 local now = now_ms()
-reclaim(now)
+if reclaim(now) then
+  return again()
+end
 local max_tasks, visibility, auto_ack = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1'
 local budget = tonumber(ARGV[4])
 local lexp_score = string.format('%d', now + visibility)

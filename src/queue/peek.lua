@@ -4,9 +4,13 @@
 -- ARGV[1] state ('ready' | 'delayed' | 'in_flight' | 'dead'), ARGV[2] limit,
 -- ARGV[3] the most payload bytes to return (always at least one task)
 -- Clock: Redis TIME.
+-- A run that returned a full run's worth of expired leases answers AGAIN and does
+-- nothing else (prelude.lua reclaim()); the store runs it again.
 -- Returns 9 per task as prelude.lua's push_row(), receipts blanked.
 local now = now_ms()
-reclaim(now)
+if reclaim(now) then
+  return again()
+end
 local state, limit, budget = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local members
 if state == 'ready' then

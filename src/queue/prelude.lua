@@ -302,9 +302,16 @@ local function expire_delivery(ends, id, meta)
   return give_back(id, meta, meta.due) == 'p'
 end
 
--- Expired leases go back (at their original due time) or die. Bounded per call.
+-- The most expired leases one run returns: a few ms of work, so no run blocks Redis
+-- for long however many leases ran out at once.
+local RECLAIM_PER_RUN = 1000
+
+-- Expired leases go back (at their original due time) or die, at most
+-- RECLAIM_PER_RUN of them. True when it returned that many, so more may be waiting:
+-- the script then does nothing else and answers AGAIN (see again()), and its store
+-- runs it again, so nothing after this ever sees a lease that ran out as live.
 local function reclaim(now)
-  local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1000)
+  local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, RECLAIM_PER_RUN)
   local ends, orphans = ending(), {}
   for _, member in ipairs(expired) do
     local id = id_of(member)
@@ -319,7 +326,13 @@ local function reclaim(now)
   if #orphans > 0 then
     bulk('ZREM', KEYS[2], orphans)
   end
-  return #expired
+  return #expired == RECLAIM_PER_RUN
+end
+
+-- The answer of a script that only returned expired leases this run (reclaim() said
+-- more may be waiting): its store runs it again.
+local function again()
+  return redis.status_reply('AGAIN')
 end
 
 -- The leading members whose payloads fit in budget bytes (the first always does, so

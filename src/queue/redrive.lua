@@ -7,9 +7,13 @@
 -- Clock: Redis TIME, only to return leases that ran out first (a task whose last
 -- lease ran out is DEAD, whether or not a Lease noticed yet). A dead task's due time
 -- is in the past, so it is READY at once.
+-- A run that returned a full run's worth of expired leases answers AGAIN and does
+-- nothing else (prelude.lua reclaim()); the store runs it again.
 -- Returns {moved, looked at}: a run of all DEAD tasks that looked at ARGV[3] of
 -- them may have left more.
-reclaim(now_ms())
+if reclaim(now_ms()) then
+  return again()
+end
 local ids, members = {}, nil
 if #ARGV > 3 then
   for i = 4, #ARGV do

@@ -1,9 +1,13 @@
 -- stats.lua: queue depths (expired leases are returned first, as Lease would).
 -- KEYS[1..8] as in prelude.lua
 -- No ARGV. Clock: Redis TIME.
+-- A run that returned a full run's worth of expired leases answers AGAIN and does
+-- nothing else (prelude.lua reclaim()); the store runs it again.
 -- Returns {ready, delayed, in_flight, dead, oldest_ready_at (-1 none), next_due_at (-1 none)}.
 local now = now_ms()
-reclaim(now)
+if reclaim(now) then
+  return again()
+end
 local ready = redis.call('ZCOUNT', KEYS[1], '-inf', now)
 local delayed = redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
 local oldest, next_due = -1, -1

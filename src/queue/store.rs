@@ -20,6 +20,23 @@ pub const REDRIVE_PER_RUN: usize = 200;
 use crate::{error::Result, token::new_token};
 
 impl QueueStore {
+    /// Runs a script that returns expired leases first. A run that met a full run's
+    /// worth of them (prelude.lua `reclaim()`) answers AGAIN having done nothing else,
+    /// and runs again: each run stays short however many leases ran out at once, and
+    /// the run that does the work never sees a lease that ran out as live.
+    async fn invoke_reclaiming<T: redis::FromRedisValue>(
+        &self,
+        call: &redis::ScriptInvocation<'_>,
+    ) -> Result<T> {
+        loop {
+            let reply: redis::Value = self.redis.invoke(call).await?;
+            if !matches!(&reply, redis::Value::SimpleString(s) if s == "AGAIN") {
+                return T::from_redis_value(reply)
+                    .map_err(|err| redis::RedisError::from(err).into());
+            }
+        }
+    }
+
     /// Adds a batch atomically; one result per task, in order.
     pub async fn enqueue(&self, queue: &str, tasks: &[NewTask]) -> Result<Vec<Enqueued>> {
         let keys = self.keys(queue);
@@ -44,7 +61,7 @@ impl QueueStore {
                 .arg(task.max_attempts)
                 .arg(task.dedupe_window.as_millis() as u64);
         }
-        let reply: Vec<i64> = self.redis.invoke(&call).await?;
+        let reply: Vec<i64> = self.invoke_reclaiming(&call).await?;
         replies::enqueued(tasks, &reply)
     }
 
@@ -57,7 +74,7 @@ impl QueueStore {
             .arg(if spec.auto_ack { "1" } else { "0" })
             .arg(REPLY_BUDGET_BYTES)
             .arg(new_token());
-        let reply: Vec<redis::Value> = self.redis.invoke(&call).await?;
+        let reply: Vec<redis::Value> = self.invoke_reclaiming(&call).await?;
         replies::leased(&reply)
     }
 
@@ -72,7 +89,7 @@ impl QueueStore {
                 .arg(stream.max_in_flight)
                 .arg(stream.visibility.as_millis() as u64);
         }
-        let reply: Vec<redis::Value> = self.redis.invoke(&call).await?;
+        let reply: Vec<redis::Value> = self.invoke_reclaiming(&call).await?;
         replies::dispatched(&reply, streams.len())
     }
 
@@ -84,7 +101,7 @@ impl QueueStore {
         call.arg(&stream.tag)
             .arg(&stream.session)
             .arg(stream.visibility.as_millis() as u64);
-        let reply: Vec<redis::Value> = self.redis.invoke(&call).await?;
+        let reply: Vec<redis::Value> = self.invoke_reclaiming(&call).await?;
         replies::task_rows(&reply)
     }
 
@@ -170,7 +187,7 @@ impl QueueStore {
         call.arg(state.as_script_arg())
             .arg(limit)
             .arg(REPLY_BUDGET_BYTES);
-        let reply: Vec<redis::Value> = self.redis.invoke(&call).await?;
+        let reply: Vec<redis::Value> = self.invoke_reclaiming(&call).await?;
         replies::task_rows(&reply)
     }
 
@@ -181,7 +198,7 @@ impl QueueStore {
         for id in ids {
             call.arg(id);
         }
-        self.redis.invoke(&call).await
+        self.invoke_reclaiming(&call).await
     }
 
     /// Moves DEAD tasks (all when `ids` is empty) back to READY; how many. One script
@@ -203,7 +220,7 @@ impl QueueStore {
         let mut moved = 0;
         if ids.is_empty() {
             loop {
-                let (done, looked): (u64, usize) = self.redis.invoke(&run(&[])).await?;
+                let (done, looked): (u64, usize) = self.invoke_reclaiming(&run(&[])).await?;
                 moved += done;
                 if looked < REDRIVE_PER_RUN {
                     return Ok(moved);
@@ -211,7 +228,7 @@ impl QueueStore {
             }
         }
         for chunk in ids.chunks(REDRIVE_PER_RUN) {
-            let (done, _): (u64, usize) = self.redis.invoke(&run(chunk)).await?;
+            let (done, _): (u64, usize) = self.invoke_reclaiming(&run(chunk)).await?;
             moved += done;
         }
         Ok(moved)
@@ -220,7 +237,9 @@ impl QueueStore {
     /// Queue depths.
     pub async fn stats(&self, queue: &str) -> Result<Stats> {
         let keys = self.keys(queue);
-        let reply: Vec<i64> = self.redis.invoke(&call(&self.scripts.stats, &keys)).await?;
+        let reply: Vec<i64> = self
+            .invoke_reclaiming(&call(&self.scripts.stats, &keys))
+            .await?;
         replies::stats(&reply)
     }
 }

@@ -453,6 +453,15 @@ pub fn assert_drained(stats: &turnstile::pb::StatsResponse) {
 /// How long a test waits for something it can observe before it fails.
 pub const WAIT: Duration = Duration::from_secs(10);
 
+/// Redis' clock (`TIME`) in Unix ms: the clock the scripts use.
+pub async fn redis_now_ms(conn: &mut redis::aio::MultiplexedConnection) -> i64 {
+    let (secs, micros): (i64, i64) = redis::cmd("TIME")
+        .query_async(conn)
+        .await
+        .expect("redis TIME");
+    secs * 1000 + micros / 1000
+}
+
 /// Checks `done` every 10 ms until it holds, failing after `within`: how tests wait
 /// for something observable (a gauge, a count, a state), never a fixed sleep standing
 /// in for "it has happened by now".
