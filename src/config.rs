@@ -73,6 +73,17 @@ pub struct Config {
     #[arg(long, env = "TURNSTILE_MAX_WAITERS", default_value_t = DEFAULT_MAX_WAITERS)]
     pub max_waiters: usize,
 
+    /// The largest request message, in bytes; a larger one gets RESOURCE_EXHAUSTED
+    /// before it is read. Raise it for Enqueue batches whose payloads add up to more.
+    #[arg(long, env = "TURNSTILE_MAX_MESSAGE_SIZE", default_value_t = crate::wire::DEFAULT_MAX_MESSAGE_BYTES,
+        value_parser = parse_message_size)]
+    pub max_message_size: usize,
+
+    /// The most open client connections; one more is closed as soon as it is accepted
+    /// (its client sees UNAVAILABLE). The process's open-file limit must allow it.
+    #[arg(long, env = "TURNSTILE_MAX_CONNECTIONS", default_value_t = crate::connections::DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
+
     /// Log format.
     #[arg(long, env = "TURNSTILE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -95,6 +106,18 @@ impl Config {
             .expect("the defaults parse")
             .config
     }
+}
+
+/// Parses `--max-message-size`: bytes, from 1 KiB (a smaller ceiling would refuse
+/// ordinary calls) to 4 GiB (gRPC's length prefix is 32 bits).
+fn parse_message_size(text: &str) -> Result<usize, String> {
+    let bytes: u64 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of bytes"))?;
+    if !(1024..=u64::from(u32::MAX)).contains(&bytes) {
+        return Err(format!("{bytes} must be from 1024 to {}", u32::MAX));
+    }
+    Ok(bytes as usize)
 }
 
 /// Parses `500ms`, `1s`, `2m`, `1h`, `250us` (a number and a unit; `0` alone is zero).

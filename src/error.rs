@@ -68,15 +68,20 @@ impl From<Error> for Status {
         };
         let message = err.to_string();
         match err {
-            // The field also goes in a google.rpc.BadRequest, for clients that read
-            // the richer error model instead of parsing the message.
-            Error::InvalidArgument { field, reason } => {
-                let details = rich::bad_request(code, &message, field, &reason);
-                Status::with_details(code, message, details.into())
-            }
+            Error::InvalidArgument { field, reason } => invalid_argument(field, &reason),
             _ => Status::new(code, message),
         }
     }
+}
+
+/// INVALID_ARGUMENT whose message starts with `field`; the field also goes in a
+/// google.rpc.BadRequest, for clients that read the richer error model instead of
+/// parsing the message.
+pub fn invalid_argument(field: &str, reason: &str) -> Status {
+    let code = Code::InvalidArgument;
+    let message = format!("{field}: {reason}");
+    let details = rich::bad_request(code, &message, field, reason);
+    Status::with_details(code, message, details.into())
 }
 
 /// The google.rpc error details we send, as prost messages (the few fields we use of

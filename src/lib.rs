@@ -12,10 +12,13 @@
 //! - [`lock`]: `LockStore` (the domain) and `LockApi` (the gRPC adapter), plus `Hold`.
 //! - [`queue`]: `QueueStore` (the domain), `QueueApi` (the gRPC adapter) and the
 //!   Subscribe `scheduler`.
+//! - [`wire`] (the codec, the request size ceiling) and [`connections`] (the
+//!   connection ceiling): what a request meets before any handler.
 //! - [`error`], [`validate`], [`deadline`], [`heartbeat`], [`limits`], [`shutdown`],
 //!   [`token`], [`time`], [`health`], [`metrics`]: the pieces every RPC shares.
 
 pub mod config;
+pub mod connections;
 pub mod deadline;
 pub mod error;
 pub mod health;
@@ -32,3 +35,4 @@ pub mod shutdown;
 pub mod time;
 pub mod token;
 pub mod validate;
+pub mod wire;

@@ -11,6 +11,7 @@ use tonic_health::ServingStatus;
 
 use crate::{
     config::Config,
+    connections::ConnectionLimit,
     error::Error,
     health,
     limits::Limits,
@@ -24,6 +25,7 @@ use crate::{
         Keys, Redis,
     },
     shutdown::Shutdown,
+    wire::SizeLimited,
 };
 
 /// Serves on `listener` until `shutdown_signal` completes, then shuts down gracefully.
@@ -155,7 +157,13 @@ async fn serve(
     let metrics_addr = metrics_listener
         .local_addr()
         .map_err(|err| err.to_string())?;
-    metrics::spawn(metrics_listener, limits.clone(), shutdown);
+    let connections = ConnectionLimit::new(config.max_connections);
+    metrics::spawn(
+        metrics_listener,
+        limits.clone(),
+        connections.clone(),
+        shutdown,
+    );
 
     let addr = listener.local_addr().map_err(|err| err.to_string())?;
     tracing::info!(%addr, metrics = %metrics_addr, "ready");
@@ -177,16 +185,15 @@ async fn serve(
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(LockServiceServer::new(LockApi::new(
-            locks,
-            config.stream_heartbeat,
-        )))
-        .add_service(QueueServiceServer::new(QueueApi::new(
-            queues,
-            scheduler,
-            config.stream_heartbeat,
-        )))
-        .serve_with_incoming_shutdown(incoming(listener), draining)
+        .add_service(SizeLimited(
+            LockServiceServer::new(LockApi::new(locks, config.stream_heartbeat))
+                .max_decoding_message_size(config.max_message_size),
+        ))
+        .add_service(SizeLimited(
+            QueueServiceServer::new(QueueApi::new(queues, scheduler, config.stream_heartbeat))
+                .max_decoding_message_size(config.max_message_size),
+        ))
+        .serve_with_incoming_shutdown(connections.accept(listener), draining)
         .await
         .map_err(|err| format!("server failed: {err}"))
 }

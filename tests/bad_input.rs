@@ -539,3 +539,115 @@ async fn every_bad_field_of_every_rpc_is_invalid_argument_naming_it_before_redis
     );
     Ok(())
 }
+
+/// `AcquireRequest` and `EnqueueRequest` as a client in a language without string
+/// checks could send them: the string fields as raw bytes (same field numbers).
+#[derive(Clone, PartialEq, Message)]
+struct RawAcquire {
+    #[prost(bytes = "vec", tag = "1")]
+    name: Vec<u8>,
+    #[prost(bytes = "vec", tag = "2")]
+    owner: Vec<u8>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct RawEnqueue {
+    #[prost(bytes = "vec", tag = "1")]
+    queue: Vec<u8>,
+    #[prost(message, repeated, tag = "2")]
+    tasks: Vec<RawSpec>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct RawSpec {
+    #[prost(bytes = "vec", tag = "1")]
+    id: Vec<u8>,
+}
+
+/// Sends `request` to `path` as its raw bytes.
+async fn send_raw<M: Message + Send + Sync + 'static>(
+    server: &TestServer,
+    path: &'static str,
+    request: M,
+) -> Result<(), Status> {
+    let mut grpc = tonic::client::Grpc::new(server.channel().await);
+    grpc.ready().await.expect("ready");
+    let codec = tonic_prost::ProstCodec::<M, ()>::default();
+    grpc.unary(
+        tonic::Request::new(request),
+        tonic::codegen::http::uri::PathAndQuery::from_static(path),
+        codec,
+    )
+    .await
+    .map(|_| ())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_string_that_is_not_utf8_is_invalid_argument_naming_its_field() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let latin1 = b"caf\xe9".to_vec();
+    let status = send_raw(
+        &server,
+        "/turnstile.v1.LockService/Acquire",
+        RawAcquire {
+            name: latin1.clone(),
+            owner: b"o".to_vec(),
+        },
+    )
+    .await
+    .expect_err("a Latin-1 name");
+    assert_eq!(named_field(&status), "name", "{status:?}");
+    assert!(status.message().contains("UTF-8"), "{status:?}");
+    // In a repeated message, the path from the request down.
+    let status = send_raw(
+        &server,
+        "/turnstile.v1.QueueService/Enqueue",
+        RawEnqueue {
+            queue: b"q".to_vec(),
+            tasks: vec![RawSpec { id: b"ok".to_vec() }, RawSpec { id: latin1 }],
+        },
+    )
+    .await
+    .expect_err("a Latin-1 task id");
+    assert_eq!(named_field(&status), "tasks.id", "{status:?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_over_the_message_size_limit_is_resource_exhausted_naming_the_setting(
+) -> TestResult {
+    let redis = TestRedis::start().await;
+    // 5 tasks of 1 MiB: 5 MiB, over the 4 MiB default.
+    let request = || EnqueueRequest {
+        queue: "q".into(),
+        tasks: (0..5)
+            .map(|n| TaskSpec {
+                id: format!("big{n}"),
+                payload: vec![7u8; 1024 * 1024].into(),
+                ..Default::default()
+            })
+            .collect(),
+    };
+    let server = TestServer::start(&redis).await;
+    let status = server
+        .queues()
+        .await
+        .enqueue(request())
+        .await
+        .expect_err("5 MiB");
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status.message().contains("--max-message-size"),
+        "{status:?}"
+    );
+    assert_eq!(redis.command_calls("evalsha").await, 0, "it reached Redis");
+    // The limit is a setting.
+    let roomy = TestServer::start_with(&redis, |config| {
+        config.max_message_size = 8 * 1024 * 1024;
+    })
+    .await;
+    let results = roomy.queues().await.enqueue(request()).await?.into_inner();
+    assert!(results.results.iter().all(|r| r.created));
+    Ok(())
+}

@@ -542,6 +542,8 @@ async fn settings_are_read_from_their_turnstile_environment_variables() -> TestR
             .env("TURNSTILE_LOG_FORMAT", "json")
             .env("TURNSTILE_STREAM_HEARTBEAT", "100ms")
             .env("TURNSTILE_MAX_STREAMS", "1")
+            .env("TURNSTILE_MAX_MESSAGE_SIZE", "2048")
+            .env("TURNSTILE_MAX_CONNECTIONS", "2")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()?,
@@ -573,5 +575,33 @@ async fn settings_are_read_from_their_turnstile_environment_variables() -> TestR
         .query_async(&mut redis.conn().await)
         .await?;
     assert!(exists, "no key under the prefix");
+    // TURNSTILE_MAX_MESSAGE_SIZE=2048, on a second connection.
+    let mut queues = turnstile::pb::queue_service_client::QueueServiceClient::connect(format!(
+        "http://127.0.0.1:{port}"
+    ))
+    .await?;
+    let big = queues
+        .enqueue(EnqueueRequest {
+            queue: "q".into(),
+            tasks: vec![TaskSpec {
+                payload: vec![0u8; 3000].into(),
+                ..Default::default()
+            }],
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(big.code(), tonic::Code::ResourceExhausted, "{big:?}");
+    // TURNSTILE_MAX_CONNECTIONS=2: a third connection is closed at once.
+    let third = async {
+        let mut locks = LockServiceClient::connect(format!("http://127.0.0.1:{port}")).await?;
+        locks
+            .describe(turnstile::pb::DescribeRequest {
+                name: "g".into(),
+                token: String::new(),
+            })
+            .await?;
+        Ok::<_, Box<dyn std::error::Error>>(())
+    };
+    assert!(third.await.is_err(), "a third connection was served");
     Ok(())
 }

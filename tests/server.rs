@@ -170,3 +170,44 @@ async fn accepted_connections_have_nagle_off() -> TestResult {
     assert!(accepted.nodelay()?);
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_past_max_connections_are_closed_at_once_and_counted() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start_with(&redis, |config| config.max_connections = 3).await;
+    // The start-up health check's connection closes on its own time.
+    server.wait_metric("turnstile_open_connections", 0.0).await;
+    let describe = || turnstile::pb::DescribeRequest {
+        name: "n".into(),
+        token: String::new(),
+    };
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let mut locks = server.locks().await;
+        locks.describe(describe()).await?;
+        held.push(locks);
+    }
+    server.wait_metric("turnstile_open_connections", 3.0).await;
+    // A fourth is closed as soon as it is accepted: its client sees a closed
+    // connection (when connecting or on its first call), not a hang. grpc-go, grpcio
+    // and grpc-js call that UNAVAILABLE; tonic's client says CANCELLED or UNKNOWN
+    // (a reset or a broken pipe), so only the failure is checked here.
+    let started = Instant::now();
+    let fourth = tonic::transport::Channel::from_shared(format!("http://{}", server.addr))?
+        .connect_timeout(Duration::from_secs(10))
+        .connect()
+        .await;
+    if let Ok(channel) = fourth {
+        turnstile::pb::lock_service_client::LockServiceClient::new(channel)
+            .describe(describe())
+            .await
+            .expect_err("a call on a fourth connection");
+    }
+    assert!(started.elapsed() < Duration::from_secs(5), "it hung");
+    assert!(server.metric("turnstile_refused_connections_total").await >= 1.0);
+    // A connection that closes makes room.
+    held.pop();
+    server.wait_metric("turnstile_open_connections", 2.0).await;
+    server.locks().await.describe(describe()).await?;
+    Ok(())
+}
