@@ -14,21 +14,17 @@ pub const MAX_TOKEN_BYTES: usize = 1024;
 
 /// A name (`name`, `queue`): 1–512 bytes, no control characters.
 pub fn name<'a>(field: &'static str, value: &'a str) -> Result<&'a str> {
-    text(field, value, MAX_NAME_BYTES)
+    text(field, value, MAX_NAME_BYTES, false)
 }
 
 /// An owner or worker id: 1–256 bytes, no control characters.
 pub fn owner<'a>(field: &'static str, value: &'a str) -> Result<&'a str> {
-    text(field, value, MAX_OWNER_BYTES)
+    text(field, value, MAX_OWNER_BYTES, false)
 }
 
-/// An optional id (`request_id`): empty, or like an owner.
+/// An optional id (`request_id`, `worker_id`): empty, or like an owner.
 pub fn optional_id<'a>(field: &'static str, value: &'a str) -> Result<&'a str> {
-    if value.is_empty() {
-        Ok(value)
-    } else {
-        text(field, value, MAX_OWNER_BYTES)
-    }
+    text(field, value, MAX_OWNER_BYTES, true)
 }
 
 /// A token or receipt handed out by the server: non-empty and not absurdly long.
@@ -54,11 +50,22 @@ pub fn optional_token<'a>(field: &'static str, value: &'a str) -> Result<&'a str
     }
 }
 
-fn text<'a>(field: &'static str, value: &'a str, max: usize) -> Result<&'a str> {
+/// Text of at most `max` bytes without control characters; empty only if `optional`.
+/// The message says what is wanted: an optional field is never told it must not be
+/// empty.
+fn text<'a>(field: &'static str, value: &'a str, max: usize, optional: bool) -> Result<&'a str> {
+    if value.is_empty() && optional {
+        return Ok(value);
+    }
     if value.is_empty() || value.len() > max {
+        let wanted = if optional {
+            format!("must be at most {max} bytes of UTF-8 (or empty, for none)")
+        } else {
+            format!("must be 1–{max} bytes of UTF-8")
+        };
         return Err(Error::invalid(
             field,
-            format!("must be 1–{max} bytes of UTF-8, got {}", value.len()),
+            format!("{wanted}, got {}", value.len()),
         ));
     }
     if value.chars().any(char::is_control) {
@@ -107,6 +114,28 @@ pub fn duration(
     Ok(value)
 }
 
+/// The earliest and latest instants a `google.protobuf.Timestamp` may hold:
+/// 0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999999999Z, in Unix seconds. Outside
+/// them many clients cannot print or convert the value (Python's `ToDatetime()`, JSON).
+pub const TIMESTAMP_SECONDS: std::ops::RangeInclusive<i64> = -62_135_596_800..=253_402_300_799;
+
+/// A `google.protobuf.Timestamp` field within the range the type allows, in Unix ms.
+pub fn timestamp(field: &'static str, value: &prost_types::Timestamp) -> Result<i64> {
+    if !(0..1_000_000_000).contains(&value.nanos) {
+        return Err(Error::invalid(field, "nanos must be from 0 to 999999999"));
+    }
+    if !TIMESTAMP_SECONDS.contains(&value.seconds) {
+        return Err(Error::invalid(
+            field,
+            format!(
+                "must be from 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z, got {} s from 1970",
+                value.seconds
+            ),
+        ));
+    }
+    Ok(crate::time::ms_from_timestamp(value))
+}
+
 /// A count (`max_tasks`, `limit`): 0 is the default, above `max` an error.
 pub fn count(field: &'static str, value: u32, default: u32, max: u32) -> Result<u32> {
     match value {
@@ -132,6 +161,33 @@ mod tests {
         assert!(name("name", "a\u{7f}b").is_err());
         assert!(name("name", &"x".repeat(512)).is_ok());
         assert!(name("name", &"x".repeat(513)).is_err());
+    }
+
+    #[test]
+    fn an_optional_field_is_never_told_it_must_not_be_empty() {
+        assert_eq!(optional_id("request_id", ""), Ok(""));
+        let long = optional_id("request_id", &"x".repeat(257))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            long,
+            "request_id: must be at most 256 bytes of UTF-8 (or empty, for none), got 257"
+        );
+        let required = owner("owner", "").unwrap_err().to_string();
+        assert_eq!(required, "owner: must be 1–256 bytes of UTF-8, got 0");
+    }
+
+    #[test]
+    fn timestamps_must_lie_in_years_1_to_9999() {
+        let at = |seconds, nanos| prost_types::Timestamp { seconds, nanos };
+        assert_eq!(
+            timestamp("due_at", &at(253_402_300_799, 999_999_999)),
+            Ok(253_402_300_799_999)
+        );
+        assert!(timestamp("due_at", &at(-62_135_596_800, 0)).is_ok());
+        assert!(timestamp("due_at", &at(253_402_300_800, 0)).is_err());
+        assert!(timestamp("due_at", &at(-62_135_596_801, 0)).is_err());
+        assert!(timestamp("due_at", &at(0, -1)).is_err());
     }
 
     #[test]

@@ -605,3 +605,54 @@ async fn settings_are_read_from_their_turnstile_environment_variables() -> TestR
     assert!(third.await.is_err(), "a third connection was served");
     Ok(())
 }
+
+/// The first line of `reader` that says the server is ready.
+fn ready_in(reader: impl std::io::Read) -> String {
+    use std::io::BufRead;
+    std::io::BufReader::new(reader)
+        .lines()
+        .map_while(Result::ok)
+        .find(|line| line.contains("ready"))
+        .expect("a ready line")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_are_coloured_only_at_a_terminal_and_never_with_no_color() -> TestResult {
+    let redis = TestRedis::start().await;
+    // A pipe (a file, a log collector): plain text.
+    let mut piped = Reaped(
+        serve_command()
+            .arg("--redis-url")
+            .arg(redis.url())
+            .env_remove("NO_COLOR")
+            .stderr(Stdio::piped())
+            .spawn()?,
+    );
+    let line = ready_line(&mut piped);
+    assert!(!line.contains('\x1b'), "colour on a pipe: {line:?}");
+    // A terminal: script(1) runs the server on a pseudo-terminal and copies what it
+    // writes to its own stdout. Colour, unless NO_COLOR is set.
+    let server = format!(
+        "{BIN} serve --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --redis-url {}",
+        redis.url()
+    );
+    for (no_color, coloured) in [(None, true), (Some("1"), false)] {
+        let mut command = Command::new("script");
+        command
+            .args(["-qefc", &server, "/dev/null"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped());
+        match no_color {
+            Some(value) => command.env("NO_COLOR", value),
+            None => command.env_remove("NO_COLOR"),
+        };
+        let mut terminal = Reaped(command.spawn()?);
+        let line = ready_in(terminal.stdout.take().expect("piped stdout"));
+        assert_eq!(
+            line.contains('\x1b'),
+            coloured,
+            "NO_COLOR={no_color:?}: {line:?}"
+        );
+    }
+    Ok(())
+}

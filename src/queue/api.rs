@@ -17,7 +17,7 @@ use crate::{
     limits::MAX_WAIT,
     pb::{self, queue_service_server::QueueService},
     rpc::{self, record, record_count, Bound, ResponseStream},
-    time::{ms_from_timestamp, now_ms, timestamp_from_ms},
+    time::{now_ms, timestamp_from_ms},
     token::new_token,
     validate::{self, DurationRule},
 };
@@ -107,13 +107,8 @@ fn new_task(at: usize, spec: pb::TaskSpec) -> Result<NewTask> {
             Schedule::Delay(validate::duration("delay", Some(delay), DELAY)?)
         }
         Some(pb::task_spec::Schedule::DueAt(at)) => {
-            if !(0..1_000_000_000).contains(&at.nanos) {
-                return Err(Error::invalid(
-                    "due_at",
-                    "nanos must be from 0 to 999999999",
-                ));
-            }
-            Schedule::At(ms_from_timestamp(at).max(0))
+            // Before 1970 is as past as 1970 (READY at once).
+            Schedule::At(validate::timestamp("due_at", at)?.max(0))
         }
     };
     let replace = match pb::DuplicatePolicy::try_from(spec.on_duplicate) {
