@@ -211,3 +211,54 @@ async fn connections_past_max_connections_are_closed_at_once_and_counted() -> Te
     server.locks().await.describe(describe()).await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reflection_carries_the_proto_comments() -> TestResult {
+    use prost::Message;
+    use tonic_reflection::pb::v1;
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut client =
+        v1::server_reflection_client::ServerReflectionClient::new(server.channel().await);
+    let request = v1::ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(
+            v1::server_reflection_request::MessageRequest::FileContainingSymbol(
+                "turnstile.v1.LockService".into(),
+            ),
+        ),
+    };
+    let mut replies = client
+        .server_reflection_info(tokio_stream::once(request))
+        .await?
+        .into_inner();
+    let Some(v1::server_reflection_response::MessageResponse::FileDescriptorResponse(files)) =
+        replies.next().await.expect("a reply")?.message_response
+    else {
+        panic!("not a file descriptor")
+    };
+    let comments: Vec<String> = files
+        .file_descriptor_proto
+        .iter()
+        .map(|bytes| prost_types::FileDescriptorProto::decode(bytes.as_slice()))
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .filter_map(|file| file.source_code_info)
+        .flat_map(|info| info.location)
+        .filter_map(|location| location.leading_comments)
+        .collect();
+    // What `grpcurl describe` and GUI clients show for Acquire and its request.
+    assert!(
+        comments
+            .iter()
+            .any(|c| c.contains("Not acquired is a normal answer")),
+        "{comments:?}"
+    );
+    assert!(
+        comments
+            .iter()
+            .any(|c| c.contains("The request of `Acquire`")),
+        "{comments:?}"
+    );
+    Ok(())
+}
