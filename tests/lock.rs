@@ -1,5 +1,5 @@
 //! LockService over real gRPC against a real redis-server: one test per guarantee of
-//! the contract (../shared/design/API.md, "turnstile.v1.LockService").
+//! the contract (docs/api.md, "turnstile.v1.LockService").
 
 mod common;
 

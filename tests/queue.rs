@@ -1,5 +1,5 @@
 //! QueueService over real gRPC against a real redis-server: one test per guarantee of
-//! the contract's unary RPCs (../shared/design/API.md, "turnstile.v1.QueueService").
+//! the contract's unary RPCs (docs/api.md, "turnstile.v1.QueueService").
 
 mod common;
 

@@ -1,6 +1,6 @@
 //! Subscribe streams over real gRPC against a real redis-server: flow control, give-back
 //! when a stream ends, re-attach by worker_id, prompt pushes, fairness, heartbeats, and
-//! the Redis cost of idle subscribers (../shared/design/API.md, `Subscribe`).
+//! the Redis cost of idle subscribers (docs/api.md, `Subscribe`).
 //! Several server processes on one Redis: tests/process.rs.
 
 mod common;
