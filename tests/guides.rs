@@ -1,8 +1,9 @@
-//! The README's Python guide, run exactly as printed: its set-up commands (a virtual
-//! environment, stubs generated into their own directory) in a scratch directory, then
-//! every Python example against a real server. Examples that loop forever (a worker, a
-//! leader holding its lock) run until they print what shows they work, then stop.
-//! Skipped, saying why, only where Python's venv or PyPI cannot be had.
+//! The README's Python and Node guides, run exactly as printed: each one's set-up
+//! commands (Python: a virtual environment and stubs generated into their own
+//! directory; Node: npm packages) in a scratch directory under `target/tmp`, then every
+//! example against a real server. Examples that loop forever (a worker, a leader holding
+//! its lock) run until they print what shows they work, then stop. Skipped, saying why,
+//! only where the language's tools or registry cannot be had.
 
 mod common;
 
@@ -35,11 +36,11 @@ fn blocks(readme: &str, language: &str) -> Vec<(usize, String)> {
     out
 }
 
-/// The README's Python set-up block: the first `sh` block after the Python heading.
-fn python_setup(readme: &str) -> String {
+/// A guide's set-up block: the first `sh` block after its `heading`.
+fn setup_block(readme: &str, heading: &str) -> String {
     let from = readme
-        .find("### From Python")
-        .expect("a Python section in the README");
+        .find(heading)
+        .unwrap_or_else(|| panic!("no {heading:?} in the README"));
     blocks(&readme[from..], "sh")
         .into_iter()
         .next()
@@ -47,16 +48,16 @@ fn python_setup(readme: &str) -> String {
         .1
 }
 
-/// Runs the set-up commands in `dir` (with `proto/` linked in); false, printing why,
-/// when a tool they need is not there.
-fn set_up(dir: &Path, setup: &str) -> bool {
+/// Runs the set-up commands in `dir` (with `proto/` linked in) unless `done` exists
+/// there already; false, printing why, when a tool or registry they need is not there.
+fn set_up(dir: &Path, setup: &str, done: &str) -> bool {
     std::fs::create_dir_all(dir).unwrap();
     let proto = dir.join("proto");
     if !proto.exists() {
         std::os::unix::fs::symlink(Path::new(env!("CARGO_MANIFEST_DIR")).join("proto"), &proto)
             .unwrap();
     }
-    if dir.join(".venv/bin/python").exists() && dir.join("gen/turnstile").exists() {
+    if dir.join(done).exists() {
         return true;
     }
     let output = Command::new("bash")
@@ -70,24 +71,44 @@ fn set_up(dir: &Path, setup: &str) -> bool {
             println!("skipped: Python's venv is not installed here: {why}");
             return false;
         }
-        if why.contains("Could not find a version") || why.contains("NewConnectionError") {
-            println!("skipped: PyPI is not reachable: {why}");
+        if why.contains("command not found") {
+            println!("skipped: a tool of the set-up is not installed here: {why}");
             return false;
         }
-        panic!("the README's Python set-up failed:\n{why}");
+        if [
+            "Could not find a version",
+            "NewConnectionError",
+            "ENOTFOUND",
+            "EAI_AGAIN",
+        ]
+        .iter()
+        .any(|offline| why.contains(offline))
+        {
+            println!("skipped: the package registry is not reachable: {why}");
+            return false;
+        }
+        panic!("the README's set-up failed:\n{why}");
     }
     true
 }
 
-/// Runs one example; with `until`, stops it once it printed a line containing that.
-fn run_example(dir: &Path, line: usize, code: &str, addr: &str, until: Option<&str>) {
-    let file = dir.join(format!("example_{line}.py"));
+/// Runs one example, `command` given its file (written into `dir` as `example_<line>`
+/// plus `extension`); with `until`, stops it once it printed a line containing that.
+/// Returns what it printed.
+fn run_example(
+    mut command: Command,
+    dir: &Path,
+    (line, code): (usize, &str),
+    extension: &str,
+    addr: &str,
+    until: Option<&str>,
+) -> Vec<String> {
+    let file = dir.join(format!("example_{line}.{extension}"));
     std::fs::write(&file, code).unwrap();
-    let mut child = Command::new(dir.join(".venv/bin/python"))
+    let mut child = command
         .arg(&file)
-        .env("PYTHONPATH", dir.join("gen"))
+        .current_dir(dir)
         .env("TURNSTILE_ADDR", addr)
-        .env("PYTHONUNBUFFERED", "1")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -118,7 +139,11 @@ fn run_example(dir: &Path, line: usize, code: &str, addr: &str, until: Option<&s
     if until.is_some() {
         let _ = child.kill();
     }
-    let output = child.wait_with_output().expect("python ran");
+    let output = child.wait_with_output().expect("the example ran");
+    if until.is_none() {
+        // Everything it printed (the reader ends with its stdout).
+        printed.extend(rx.iter());
+    }
     let stderr = String::from_utf8_lossy(&output.stderr);
     match until {
         Some(wanted) => assert!(
@@ -130,25 +155,12 @@ fn run_example(dir: &Path, line: usize, code: &str, addr: &str, until: Option<&s
             "README line {line} failed: {printed:?}\n{stderr}"
         ),
     }
+    printed
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_readme_python_examples_run_as_printed() -> TestResult {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))?;
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("python-guide");
-    let setup = python_setup(&readme);
-    let ready = tokio::task::spawn_blocking({
-        let dir = dir.clone();
-        move || set_up(&dir, &setup)
-    })
-    .await?;
-    if !ready {
-        return Ok(());
-    }
-    let redis = TestRedis::start().await;
-    let server = TestServer::start(&redis).await;
-    let addr = server.addr.to_string();
-    // Something for the Subscribe worker to send.
+/// A test server with a task for the Subscribe example to send.
+async fn server_for_guides(redis: &TestRedis) -> TestServer {
+    let server = TestServer::start(redis).await;
     server
         .queues()
         .await
@@ -160,8 +172,59 @@ async fn the_readme_python_examples_run_as_printed() -> TestResult {
                 ..Default::default()
             }],
         })
-        .await?;
-    let examples = blocks(&readme, "python");
+        .await
+        .expect("enqueue");
+    server
+}
+
+/// A guide set up and a server for its examples.
+struct Guide {
+    readme: String,
+    dir: PathBuf,
+    addr: String,
+    _server: TestServer,
+    _redis: TestRedis,
+}
+
+/// Sets up the guide under `heading` in `target/tmp/<name>` (unless `done` exists there
+/// from an earlier run) and starts a server; `None` when the guide's tools are missing.
+async fn prepare(heading: &str, name: &str, done: &'static str) -> Option<Guide> {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+        .expect("README.md");
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let setup = setup_block(&readme, heading);
+    let ready = tokio::task::spawn_blocking({
+        let dir = dir.clone();
+        move || set_up(&dir, &setup, done)
+    })
+    .await
+    .expect("set-up ran");
+    if !ready {
+        return None;
+    }
+    let redis = TestRedis::start().await;
+    let server = server_for_guides(&redis).await;
+    Some(Guide {
+        readme,
+        dir,
+        addr: server.addr.to_string(),
+        _server: server,
+        _redis: redis,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_python_examples_run_as_printed() -> TestResult {
+    let Some(guide) = prepare(
+        "### From Python",
+        "python-guide",
+        "gen/turnstile/v1/queue_pb2_grpc.py",
+    )
+    .await
+    else {
+        return Ok(());
+    };
+    let examples = blocks(&guide.readme, "python");
     assert!(
         examples.len() >= 3,
         "the README's Python examples went missing"
@@ -177,9 +240,50 @@ async fn the_readme_python_examples_run_as_printed() -> TestResult {
         } else {
             None
         };
-        let dir = dir.clone();
-        let addr = addr.clone();
-        tokio::task::spawn_blocking(move || run_example(&dir, line, &code, &addr, until)).await?;
+        let dir = guide.dir.clone();
+        let addr = guide.addr.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut python = Command::new(dir.join(".venv/bin/python"));
+            python
+                .env("PYTHONPATH", dir.join("gen"))
+                .env("PYTHONUNBUFFERED", "1");
+            run_example(python, &dir, (line, &code), "py", &addr, until)
+        })
+        .await?;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_node_example_runs_as_printed() -> TestResult {
+    let Some(guide) = prepare(
+        "### From Node",
+        "node-guide",
+        "node_modules/@grpc/proto-loader/package.json",
+    )
+    .await
+    else {
+        return Ok(());
+    };
+    let examples = blocks(&guide.readme, "js");
+    assert_eq!(examples.len(), 1, "the README's Node example went missing");
+    let (line, code) = examples.into_iter().next().unwrap();
+    let (dir, addr) = (guide.dir.clone(), guide.addr.clone());
+    let printed = tokio::task::spawn_blocking(move || {
+        run_example(Command::new("node"), &dir, (line, &code), "js", &addr, None)
+    })
+    .await?
+    .join("\n");
+    // snake_case fields arrive (max_attempts 3, not the default 25), the payload is the
+    // bytes sent, enums read as names and 64-bit fencing tokens as strings.
+    for wanted in [
+        "acquired true fencing token ",
+        "enqueued report-7 created true",
+        "leased report-7 {\"user\":7} max_attempts 3 state TASK_STATE_IN_FLIGHT",
+        "acked true",
+        "released true",
+    ] {
+        assert!(printed.contains(wanted), "no {wanted:?} in {printed}");
     }
     Ok(())
 }
