@@ -137,9 +137,13 @@ where
         Box::pin(async move {
             let mut response = answer.await?;
             let headers = response.headers_mut();
-            let refused = Status::from_header_map(headers).filter(|status| {
-                status.code() == tonic::Code::OutOfRange && status.message().starts_with(TOO_LARGE)
-            });
+            // A successful call carries no grpc-status header (it comes in the
+            // trailers); only an OUT_OF_RANGE one is decoded further.
+            if headers.get("grpc-status").is_none_or(|code| code != "11") {
+                return Ok(response);
+            }
+            let refused = Status::from_header_map(headers)
+                .filter(|status| status.message().starts_with(TOO_LARGE));
             if let Some(refused) = refused {
                 let detail = refused.message()[TOO_LARGE.len()..].trim_start_matches(": ");
                 headers.remove("grpc-message");

@@ -15,7 +15,6 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
 use common::{seed_from, Rng, TestRedis, TestResult, TestServer};
 use tonic::transport::Channel;
@@ -711,10 +710,7 @@ impl Run {
             return;
         };
         self.log.push(format!("advance to {next}"));
-        tokio::time::sleep(Duration::from_millis((next - now) as u64)).await;
-        while self.redis_now().await < next {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
+        common::wait_redis_time(&self.redis, next).await;
     }
 
     fn receipt(&self, rng: &mut Rng) -> String {

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{eventually, ms, redis_now_ms, unix_ms, TestRedis, TestResult, TestServer, WAIT};
+use common::{ms, unix_ms, wait_redis_time, TestRedis, TestResult, TestServer};
 use redis::AsyncCommands;
 use tonic::{transport::Channel, Code};
 use turnstile::pb::{
@@ -589,12 +589,8 @@ async fn more_leases_running_out_at_once_than_one_script_run_returns_all_come_ba
         }
     }
     assert_eq!(stats(&mut queues).await?.in_flight, 2500);
-    let conn = redis.conn().await;
-    eventually("every lease ran out (Redis' clock)", WAIT, || {
-        let mut conn = conn.clone();
-        async move { redis_now_ms(&mut conn).await > last_end }
-    })
-    .await;
+    // Every lease ran out, by Redis' clock.
+    wait_redis_time(&redis.conn().await, last_end + 1).await;
     // Nothing has returned them yet; the first look sees them all back.
     let depth = stats(&mut queues).await?;
     assert_eq!((depth.ready, depth.in_flight), (2500, 0));

@@ -101,27 +101,42 @@ async fn shutdown_says_not_serving_first_and_is_bounded_by_the_grace() -> TestRe
     Ok(())
 }
 
+/// One server reflection v1 question and its answer.
+async fn reflect(
+    server: &TestServer,
+    question: tonic_reflection::pb::v1::server_reflection_request::MessageRequest,
+) -> Result<tonic_reflection::pb::v1::server_reflection_response::MessageResponse, tonic::Status> {
+    use tonic_reflection::pb::v1;
+    let mut client =
+        v1::server_reflection_client::ServerReflectionClient::new(server.channel().await);
+    let request = v1::ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(question),
+    };
+    let mut replies = client
+        .server_reflection_info(tokio_stream::once(request))
+        .await?
+        .into_inner();
+    Ok(replies
+        .next()
+        .await
+        .expect("a reply")?
+        .message_response
+        .expect("an answer"))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reflection_v1_and_v1alpha_list_both_services() -> TestResult {
     let redis = TestRedis::start().await;
     let server = TestServer::start(&redis).await;
 
     use tonic_reflection::pb::{v1, v1alpha};
-    let mut client =
-        v1::server_reflection_client::ServerReflectionClient::new(server.channel().await);
-    let request = v1::ServerReflectionRequest {
-        host: String::new(),
-        message_request: Some(v1::server_reflection_request::MessageRequest::ListServices(
-            String::new(),
-        )),
-    };
-    let mut replies = client
-        .server_reflection_info(tokio_stream::once(request))
-        .await?
-        .into_inner();
-    let Some(v1::server_reflection_response::MessageResponse::ListServicesResponse(list)) =
-        replies.next().await.expect("a reply")?.message_response
-    else {
+    let answer = reflect(
+        &server,
+        v1::server_reflection_request::MessageRequest::ListServices(String::new()),
+    )
+    .await?;
+    let v1::server_reflection_response::MessageResponse::ListServicesResponse(list) = answer else {
         panic!("not a service list")
     };
     let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
@@ -218,22 +233,14 @@ async fn reflection_carries_the_proto_comments() -> TestResult {
     use tonic_reflection::pb::v1;
     let redis = TestRedis::start().await;
     let server = TestServer::start(&redis).await;
-    let mut client =
-        v1::server_reflection_client::ServerReflectionClient::new(server.channel().await);
-    let request = v1::ServerReflectionRequest {
-        host: String::new(),
-        message_request: Some(
-            v1::server_reflection_request::MessageRequest::FileContainingSymbol(
-                "turnstile.v1.LockService".into(),
-            ),
+    let answer = reflect(
+        &server,
+        v1::server_reflection_request::MessageRequest::FileContainingSymbol(
+            "turnstile.v1.LockService".into(),
         ),
-    };
-    let mut replies = client
-        .server_reflection_info(tokio_stream::once(request))
-        .await?
-        .into_inner();
-    let Some(v1::server_reflection_response::MessageResponse::FileDescriptorResponse(files)) =
-        replies.next().await.expect("a reply")?.message_response
+    )
+    .await?;
+    let v1::server_reflection_response::MessageResponse::FileDescriptorResponse(files) = answer
     else {
         panic!("not a file descriptor")
     };

@@ -462,6 +462,16 @@ pub async fn redis_now_ms(conn: &mut redis::aio::MultiplexedConnection) -> i64 {
     secs * 1000 + micros / 1000
 }
 
+/// Waits (through [`eventually`]) until Redis' clock reads at least `at` (Unix ms): how
+/// a test knows that a lease ran out or a task fell due, as the scripts see it.
+pub async fn wait_redis_time(conn: &redis::aio::MultiplexedConnection, at: i64) {
+    eventually(&format!("redis time {at}"), WAIT, || {
+        let mut conn = conn.clone();
+        async move { redis_now_ms(&mut conn).await >= at }
+    })
+    .await;
+}
+
 /// Checks `done` every 10 ms until it holds, failing after `within`: how tests wait
 /// for something observable (a gauge, a count, a state), never a fixed sleep standing
 /// in for "it has happened by now".
