@@ -84,6 +84,33 @@ pub struct Config {
     #[arg(long, env = "TURNSTILE_MAX_CONNECTIONS", default_value_t = crate::connections::DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
 
+    /// Bearer tokens (TOML: the SHA-256 of each token, its tenant and permissions),
+    /// re-read on SIGHUP. Unset: every caller is the tenant `default` with every
+    /// permission, which is allowed only on a loopback --listen address.
+    #[arg(long, env = "TURNSTILE_AUTH_FILE")]
+    pub auth_file: Option<PathBuf>,
+
+    /// Serve without --auth-file on a non-loopback address: anyone who can reach the
+    /// port may take, release and read every lock and queue.
+    #[arg(long, env = "TURNSTILE_INSECURE_NO_AUTH")]
+    pub insecure_no_auth: bool,
+
+    /// Serve gRPC over TLS with this certificate chain (PEM); needs --tls-key.
+    #[arg(long, env = "TURNSTILE_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, env = "TURNSTILE_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// Require client certificates signed by this CA (PEM); needs --tls-cert.
+    #[arg(long, env = "TURNSTILE_TLS_CLIENT_CA", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
+
+    /// Trust this CA (PEM) for a `rediss://` --redis-url instead of the system's roots.
+    #[arg(long, env = "TURNSTILE_REDIS_CA")]
+    pub redis_ca: Option<PathBuf>,
+
     /// Log format.
     #[arg(long, env = "TURNSTILE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -105,6 +132,28 @@ impl Config {
         Only::from_arg_matches(&matches)
             .expect("the defaults parse")
             .config
+    }
+}
+
+impl Config {
+    /// Refuses to serve everyone on a reachable address by accident: without an auth
+    /// file, --listen must be a loopback address unless --insecure-no-auth says so.
+    pub fn check_exposure(&self) -> Result<(), String> {
+        if self.auth_file.is_some() || self.listen.ip().is_loopback() {
+            return Ok(());
+        }
+        if self.insecure_no_auth {
+            tracing::warn!(
+                listen = %self.listen,
+                "serving without --auth-file on a non-loopback address: anyone who can reach it may use every lock and queue"
+            );
+            return Ok(());
+        }
+        Err(format!(
+            "refusing to listen on {} without --auth-file: anyone who could reach it could use every lock and queue; \
+             give --auth-file, listen on a loopback address, or pass --insecure-no-auth",
+            self.listen
+        ))
     }
 }
 
@@ -178,5 +227,24 @@ mod tests {
         assert_eq!(config.shutdown_grace, Duration::from_secs(10));
         assert_eq!(config.max_streams, 10_000);
         assert_eq!(config.max_waiters, 100_000);
+        assert_eq!(config.auth_file, None);
+        assert!(!config.insecure_no_auth);
+    }
+
+    #[test]
+    fn without_an_auth_file_only_loopback_is_served_unless_told_otherwise() {
+        let mut config = Config::for_redis("redis://127.0.0.1:1");
+        assert_eq!(config.check_exposure(), Ok(()));
+        config.listen = "[::1]:50051".parse().unwrap();
+        assert_eq!(config.check_exposure(), Ok(()));
+        config.listen = "0.0.0.0:50051".parse().unwrap();
+        let refused = config.check_exposure().unwrap_err();
+        assert!(refused.contains("--auth-file"), "{refused}");
+        assert!(refused.contains("--insecure-no-auth"), "{refused}");
+        config.insecure_no_auth = true;
+        assert_eq!(config.check_exposure(), Ok(()));
+        config.insecure_no_auth = false;
+        config.auth_file = Some("tokens.toml".into());
+        assert_eq!(config.check_exposure(), Ok(()));
     }
 }

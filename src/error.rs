@@ -25,6 +25,10 @@ pub enum Error {
     DeadlineExceeded,
     /// A configured limit (`--max-streams`, `--max-waiters`) is reached.
     ResourceExhausted(String),
+    /// No token, or one the auth file does not list (or no longer lists).
+    Unauthenticated(String),
+    /// The token is known but lacks the permission the RPC needs.
+    PermissionDenied(String),
     /// A bug or an unexpected reply: not the caller's fault.
     Internal(String),
 }
@@ -50,6 +54,7 @@ impl fmt::Display for Error {
             Error::ShuttingDown => f.write_str("server is shutting down"),
             Error::DeadlineExceeded => f.write_str("deadline exceeded while waiting"),
             Error::ResourceExhausted(what) => f.write_str(what),
+            Error::Unauthenticated(why) | Error::PermissionDenied(why) => f.write_str(why),
             Error::Internal(why) => write!(f, "internal error: {why}"),
         }
     }
@@ -64,6 +69,8 @@ impl From<Error> for Status {
             Error::Unavailable(_) | Error::ShuttingDown => Code::Unavailable,
             Error::DeadlineExceeded => Code::DeadlineExceeded,
             Error::ResourceExhausted(_) => Code::ResourceExhausted,
+            Error::Unauthenticated(_) => Code::Unauthenticated,
+            Error::PermissionDenied(_) => Code::PermissionDenied,
             Error::Internal(_) => Code::Internal,
         };
         let message = err.to_string();

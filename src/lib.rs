@@ -12,11 +12,14 @@
 //! - [`lock`]: `LockStore` (the domain) and `LockApi` (the gRPC adapter), plus `Hold`.
 //! - [`queue`]: `QueueStore` (the domain), `QueueApi` (the gRPC adapter) and the
 //!   Subscribe `scheduler`.
+//! - [`tls`]: the gRPC server's TLS and mTLS, and the CA for `rediss://`.
 //! - [`wire`] (the codec, the request size ceiling) and [`connections`] (the
 //!   connection ceiling): what a request meets before any handler.
+//! - [`auth`]: bearer tokens, tenants and permissions, checked before any handler.
 //! - [`error`], [`validate`], [`deadline`], [`heartbeat`], [`limits`], [`shutdown`],
 //!   [`token`], [`time`], [`health`], [`metrics`]: the pieces every RPC shares.
 
+pub mod auth;
 pub mod config;
 pub mod connections;
 pub mod deadline;
@@ -33,6 +36,7 @@ pub mod rpc;
 pub mod server;
 pub mod shutdown;
 pub mod time;
+pub mod tls;
 pub mod token;
 pub mod validate;
 pub mod wire;

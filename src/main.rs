@@ -22,7 +22,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the server.
-    Serve(Config),
+    Serve(Box<Config>),
     /// Measure the server against its physical floors (starts its own Redis and server
     /// unless given --server).
     Bench(BenchArgs),
@@ -61,7 +61,7 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Serve(config) => serve(config).await,
+            Command::Serve(config) => serve(*config).await,
             Command::Bench(args) => bench::run(args).await,
             Command::BenchNoop(args) => bench::noop::serve(args).await,
         }

@@ -14,6 +14,7 @@ use tonic::{Request, Response, Status};
 use tracing::{field::Empty, Instrument};
 
 use crate::{
+    auth::{guard::Revocable, Caller, Tenant},
     deadline,
     error::{Error, Result},
     heartbeat::{Beat, Heartbeats},
@@ -24,6 +25,25 @@ use crate::{
 pub struct Call {
     /// When the call must answer: the caller's `grpc-timeout` less a margin.
     pub deadline: Option<Instant>,
+    /// The caller's tenant: every store call of the handler is scoped to it.
+    pub tenant: Tenant,
+}
+
+impl Call {
+    /// The call's deadline and the caller the auth guard let in. A request without
+    /// one was not guarded, and is refused rather than served as anyone.
+    fn of<Req>(request: &Request<Req>) -> Result<(Self, Caller)> {
+        let caller = request
+            .extensions()
+            .get::<Caller>()
+            .cloned()
+            .ok_or_else(|| Error::Internal("the call did not pass the auth guard".into()))?;
+        let call = Call {
+            deadline: deadline::from_metadata(request.metadata()),
+            tenant: caller.tenant.clone(),
+        };
+        Ok((call, caller))
+    }
 }
 
 /// How a unary RPC meets its caller's deadline.
@@ -67,15 +87,17 @@ pub async fn unary<Req, Resp, Fut>(
 where
     Fut: Future<Output = Result<Resp>>,
 {
-    let call = Call {
-        deadline: deadline::from_metadata(request.metadata()),
-    };
-    let deadline = call.deadline;
-    let work = handle(call, request.into_inner());
     async move {
-        let result = match bound {
-            Bound::Race => deadline::within(deadline, work).await,
-            Bound::Own => work.await,
+        let result = match Call::of(&request) {
+            Ok((call, _)) => {
+                let deadline = call.deadline;
+                let work = handle(call, request.into_inner());
+                match bound {
+                    Bound::Race => deadline::within(deadline, work).await,
+                    Bound::Own => work.await,
+                }
+            }
+            Err(err) => Err(err),
         };
         result.map(Response::new).map_err(status)
     }
@@ -97,10 +119,12 @@ where
     S: Stream<Item = Result<Resp>> + Send + 'static,
 {
     let span = span(method);
-    let call = Call {
-        deadline: deadline::from_metadata(request.metadata()),
-    };
-    let started = span.in_scope(|| handle(call, request.into_inner()));
+    let started = span.in_scope(|| {
+        let (call, caller) = Call::of(&request)?;
+        let messages = handle(call, request.into_inner())?;
+        // A revoked token ends the stream (and drops it, as a client's cancel would).
+        Ok(Revocable::new(messages, caller))
+    });
     let messages = started.map_err(|err| span.in_scope(|| status(err)))?;
     let stream = Heartbeats::new(Box::pin(messages), heartbeat).map(move |item| match item {
         Ok(Beat::Event(message)) => Ok(message),
@@ -115,6 +139,9 @@ fn status(err: Error) -> Status {
     match &err {
         Error::Unavailable(_) => tracing::warn!(cause = %err, "rpc failed"),
         Error::Internal(_) => tracing::error!(cause = %err, "rpc failed"),
+        Error::Unauthenticated(_) | Error::PermissionDenied(_) => {
+            tracing::info!(cause = %err, "rpc refused")
+        }
         _ => tracing::debug!(cause = %err, "rpc refused"),
     }
     err.into()

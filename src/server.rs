@@ -6,10 +6,11 @@
 use std::future::Future;
 
 use tokio::net::TcpListener;
-use tonic::transport::Server;
+use tonic::transport::{Server, ServerTlsConfig};
 use tonic_health::ServingStatus;
 
 use crate::{
+    auth::{guard::Authorized, Auth},
     config::Config,
     connections::ConnectionLimit,
     error::Error,
@@ -20,11 +21,13 @@ use crate::{
     pb::{self, lock_service_server::LockServiceServer, queue_service_server::QueueServiceServer},
     queue::{api::QueueApi, scheduler::Scheduler, QueueStore},
     redis::{
+        connection_info,
         embedded::{Bind, EmbeddedOptions, EmbeddedRedis},
         events::Events,
-        Keys, Redis,
+        redact, Keys, Redis,
     },
     shutdown::Shutdown,
+    tls,
     wire::SizeLimited,
 };
 
@@ -35,6 +38,14 @@ pub async fn run(
     listener: TcpListener,
     shutdown_signal: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), String> {
+    // Everything that can refuse the start is checked before Redis is started.
+    config.check_exposure()?;
+    let auth = match &config.auth_file {
+        Some(path) => Auth::from_file(path)?,
+        None => Auth::open(),
+    };
+    let tls = tls::server_config(&config)?;
+    let redis_ca = tls::redis_ca(&config)?;
     let shutdown = Shutdown::new();
     let embedded = match &config.redis_url {
         Some(_) => None,
@@ -57,7 +68,22 @@ pub async fn run(
             .unwrap_or_default()
     });
     let grace = config.shutdown_grace;
-    let serving = serve(&config, &url, listener, shutdown_signal, &shutdown);
+    let serving = async {
+        let info = connection_info(&url, redis_ca).map_err(|err| err.to_string())?;
+        let server = Listening {
+            listener,
+            tls,
+            auth,
+        };
+        serve(
+            &config,
+            (info, &redact(&url)),
+            server,
+            shutdown_signal,
+            &shutdown,
+        )
+        .await
+    };
     // The drain is bounded: a client that keeps a connection open (a health Watch, a
     // stream it never reads) must not hold the exit back past --shutdown-grace.
     let result = tokio::select! {
@@ -85,15 +111,32 @@ pub async fn run(
     result
 }
 
+/// What the gRPC side serves with.
+struct Listening {
+    listener: TcpListener,
+    /// `None`: plaintext.
+    tls: Option<ServerTlsConfig>,
+    auth: Auth,
+}
+
 async fn serve(
     config: &Config,
-    url: &str,
-    listener: TcpListener,
+    (info, url): (redis::ConnectionInfo, &str),
+    listening: Listening,
     shutdown_signal: impl Future<Output = ()> + Send + 'static,
     shutdown: &Shutdown,
 ) -> Result<(), String> {
-    let redis = Redis::new(url, config.redis_timeout, Keys::new(&config.key_prefix))
-        .map_err(|err| err.to_string())?;
+    let Listening {
+        listener,
+        tls,
+        auth,
+    } = listening;
+    let redis = Redis::with_info(
+        info.clone(),
+        config.redis_timeout,
+        Keys::new(&config.key_prefix),
+    )
+    .map_err(|err| err.to_string())?;
     // A Redis too old for our scripts is refused at start; one that is down is
     // checked by the readiness probe when it comes up (NOT_SERVING until then).
     match redis.check_version().await {
@@ -119,7 +162,7 @@ async fn serve(
         config.reattach_grace,
     );
     let events = Events::spawn(
-        url.to_owned(),
+        info,
         vec![
             locks.event_route(),
             queues.event_route(),
@@ -165,8 +208,15 @@ async fn serve(
         shutdown,
     );
 
+    auth.spawn_reloader(shutdown);
     let addr = listener.local_addr().map_err(|err| err.to_string())?;
-    tracing::info!(%addr, metrics = %metrics_addr, "ready");
+    tracing::info!(
+        %addr,
+        metrics = %metrics_addr,
+        tls = tls.is_some(),
+        auth = auth.is_on(),
+        "ready"
+    );
 
     let draining = {
         let shutdown = shutdown.clone();
@@ -181,18 +231,26 @@ async fn serve(
             shutdown.trigger();
         }
     };
-    Server::builder()
+    let mut builder = Server::builder();
+    if let Some(tls) = tls {
+        builder = builder
+            .tls_config(tls)
+            .map_err(|err| format!("tls: {err}"))?;
+    }
+    builder
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(SizeLimited(
+        .add_service(SizeLimited(Authorized::new(
             LockServiceServer::new(LockApi::new(locks, config.stream_heartbeat))
                 .max_decoding_message_size(config.max_message_size),
-        ))
-        .add_service(SizeLimited(
+            auth.clone(),
+        )))
+        .add_service(SizeLimited(Authorized::new(
             QueueServiceServer::new(QueueApi::new(queues, scheduler, config.stream_heartbeat))
                 .max_decoding_message_size(config.max_message_size),
-        ))
+            auth,
+        )))
         .serve_with_incoming_shutdown(connections.accept(listener), draining)
         .await
         .map_err(|err| format!("server failed: {err}"))

@@ -91,19 +91,26 @@ impl LockService for LockApi {
                 r.wait.as_ref(),
                 &r.request_id,
             )?;
-            Ok(match self.store.acquire(spec, call.deadline).await? {
-                AcquireOutcome::Acquired(lease) => pb::AcquireResponse {
-                    acquired: true,
-                    token: lease.token,
-                    fencing_token: lease.fencing_token,
-                    expires_at: Some(timestamp_from_ms(lease.expires_at_ms)),
-                    holder: None,
+            Ok(
+                match self
+                    .store
+                    .tenant(&call.tenant)
+                    .acquire(spec, call.deadline)
+                    .await?
+                {
+                    AcquireOutcome::Acquired(lease) => pb::AcquireResponse {
+                        acquired: true,
+                        token: lease.token,
+                        fencing_token: lease.fencing_token,
+                        expires_at: Some(timestamp_from_ms(lease.expires_at_ms)),
+                        holder: None,
+                    },
+                    AcquireOutcome::Held(holder) => pb::AcquireResponse {
+                        holder: Some(lock_info(holder)),
+                        ..Default::default()
+                    },
                 },
-                AcquireOutcome::Held(holder) => pb::AcquireResponse {
-                    holder: Some(lock_info(holder)),
-                    ..Default::default()
-                },
-            })
+            )
         })
         .await
     }
@@ -112,10 +119,10 @@ impl LockService for LockApi {
         &self,
         request: Request<pb::ReleaseRequest>,
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
-        rpc::unary("Release", Bound::Race, request, |_, r| async move {
+        rpc::unary("Release", Bound::Race, request, |call, r| async move {
             let name = lock_name(&r.name)?;
             let token = validate::token("token", &r.token)?;
-            let released = self.store.release(name, token).await?;
+            let released = self.store.tenant(&call.tenant).release(name, token).await?;
             Ok(pb::ReleaseResponse { released })
         })
         .await
@@ -125,11 +132,15 @@ impl LockService for LockApi {
         &self,
         request: Request<pb::ExtendRequest>,
     ) -> Result<Response<pb::ExtendResponse>, Status> {
-        rpc::unary("Extend", Bound::Race, request, |_, r| async move {
+        rpc::unary("Extend", Bound::Race, request, |call, r| async move {
             let name = lock_name(&r.name)?;
             let token = validate::token("token", &r.token)?;
             let ttl = validate::duration("ttl", r.ttl.as_ref(), TTL)?;
-            let until = self.store.extend(name, token, ttl).await?;
+            let until = self
+                .store
+                .tenant(&call.tenant)
+                .extend(name, token, ttl)
+                .await?;
             Ok(pb::ExtendResponse {
                 extended: until.is_some(),
                 expires_at: until.map(timestamp_from_ms),
@@ -142,10 +153,14 @@ impl LockService for LockApi {
         &self,
         request: Request<pb::DescribeRequest>,
     ) -> Result<Response<pb::DescribeResponse>, Status> {
-        rpc::unary("Describe", Bound::Race, request, |_, r| async move {
+        rpc::unary("Describe", Bound::Race, request, |call, r| async move {
             let name = lock_name(&r.name)?;
             let token = validate::optional_token("token", &r.token)?;
-            let seen = self.store.describe(name, token).await?;
+            let seen = self
+                .store
+                .tenant(&call.tenant)
+                .describe(name, token)
+                .await?;
             Ok(pb::DescribeResponse {
                 held: seen.holder.is_some(),
                 info: seen.holder.map(lock_info),
@@ -159,10 +174,10 @@ impl LockService for LockApi {
         &self,
         request: Request<pb::ReleaseAllRequest>,
     ) -> Result<Response<pb::ReleaseAllResponse>, Status> {
-        rpc::unary("ReleaseAll", Bound::Race, request, |_, r| async move {
+        rpc::unary("ReleaseAll", Bound::Race, request, |call, r| async move {
             let owner = validate::owner("owner", &r.owner)?;
             record("owner", owner);
-            let released = self.store.release_all(owner).await?;
+            let released = self.store.tenant(&call.tenant).release_all(owner).await?;
             Ok(pb::ReleaseAllResponse { released })
         })
         .await
@@ -181,7 +196,7 @@ impl LockService for LockApi {
             }
             let permit = self.store.limits().open_stream()?;
             let (tx, rx) = tokio::sync::mpsc::channel(4);
-            let store = self.store.clone();
+            let store = self.store.tenant(&call.tenant);
             self.store.shutdown().spawn(
                 async move {
                     let _permit = permit;

@@ -20,8 +20,13 @@ pub mod waiters;
 use std::{sync::Arc, time::Duration};
 
 use crate::{
+    auth::Tenant,
     limits::Limits,
-    redis::{events::EventSink, Redis},
+    redis::{
+        events::EventSink,
+        keys::{Event, Keys},
+        Redis,
+    },
     shutdown::Shutdown,
 };
 pub use model::{AcquireOutcome, AcquireSpec, Attempt, Description, Holder, Lease, Stop, Won};
@@ -71,11 +76,26 @@ impl LockStore {
     }
 
     /// The pub/sub channel this store listens on, and where its messages go.
+    /// This store, for `tenant`'s locks only: every key it builds is in that
+    /// tenant's key space. Cheap (a few reference counts).
+    pub fn tenant(&self, tenant: &Tenant) -> Self {
+        let mut store = self.clone();
+        store.redis.keys = self.redis.keys.tenant(tenant);
+        store
+    }
+
+    /// The pattern of every tenant's lock-released channel, and the sink waking this
+    /// replica's waiters (its messages are lock keys, which name their tenant).
     pub fn event_route(&self) -> (String, Arc<dyn EventSink>) {
         let sink = Arc::new(WakeSink {
             waiters: self.waiters.clone(),
         });
-        (self.redis.keys.lock_released_channel(), sink)
+        (self.redis.keys.events_pattern(Event::LockReleased), sink)
+    }
+
+    /// The key layout this store builds keys with.
+    pub fn keys(&self) -> &Keys {
+        &self.redis.keys
     }
 
     /// The server's shutdown handle (streams watch it).

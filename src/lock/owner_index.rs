@@ -29,7 +29,8 @@ const PRUNE_EVERY: u64 = 8;
 
 /// One name to record.
 struct Entry {
-    owner: String,
+    /// The owner's index key (`Keys::owner_locks`, built in the caller's tenant).
+    index: String,
     name: String,
     until_ms: i64,
 }
@@ -52,11 +53,12 @@ impl OwnerIndex {
         }
     }
 
-    /// Records that `owner` may hold `name` until `until_ms`; returns once it is stored.
-    /// Stored even if this caller goes away: an extra entry is harmless.
-    pub(crate) async fn record(&self, owner: &str, name: &str, until_ms: i64) -> Result<()> {
+    /// Records in the owner index `index` (its key) that the owner may hold `name`
+    /// until `until_ms`; returns once it is stored. Stored even if this caller goes
+    /// away: an extra entry is harmless.
+    pub(crate) async fn record(&self, index: String, name: &str, until_ms: i64) -> Result<()> {
         let entry = Entry {
-            owner: owner.to_owned(),
+            index,
             name: name.to_owned(),
             until_ms,
         };
@@ -65,7 +67,7 @@ impl OwnerIndex {
             .submit((), vec![entry], move |(), batch| {
                 let (redis, writes) = (redis.clone(), writes.clone());
                 async move {
-                    redis.query_pipe(&pipeline(&redis, &batch, &writes)).await?;
+                    redis.query_pipe(&pipeline(&batch, &writes)).await?;
                     Ok(vec![(); batch.len()])
                 }
             })
@@ -77,16 +79,15 @@ impl OwnerIndex {
 /// Per owner in the batch: one `ZADD GT` of all its names (a later end never moves
 /// back), sometimes a trim of ended entries, and the set's expiry at its latest entry
 /// (`NX` sets a first one, `GT` only raises it).
-fn pipeline(redis: &Redis, batch: &[Entry], writes: &AtomicU64) -> redis::Pipeline {
+fn pipeline(batch: &[Entry], writes: &AtomicU64) -> redis::Pipeline {
     let mut owners: HashMap<&str, Vec<&Entry>> = HashMap::new();
     for entry in batch {
-        owners.entry(&entry.owner).or_default().push(entry);
+        owners.entry(&entry.index).or_default().push(entry);
     }
     let mut pipe = redis::pipe();
     let now = format!("({}", now_ms());
-    for (owner, entries) in owners {
-        let key = redis.keys.owner_locks(owner);
-        let zadd = pipe.cmd("ZADD").arg(&key).arg("GT");
+    for (key, entries) in owners {
+        let zadd = pipe.cmd("ZADD").arg(key).arg("GT");
         for entry in &entries {
             zadd.arg(entry.until_ms).arg(&entry.name);
         }
@@ -94,19 +95,19 @@ fn pipeline(redis: &Redis, batch: &[Entry], writes: &AtomicU64) -> redis::Pipeli
         let write = writes.fetch_add(1, Ordering::Relaxed) + 1;
         if mix(write).is_multiple_of(PRUNE_EVERY) {
             pipe.cmd("ZREMRANGEBYSCORE")
-                .arg(&key)
+                .arg(key)
                 .arg("-inf")
                 .arg(&now)
                 .ignore();
         }
         let until = entries.iter().map(|e| e.until_ms).max().unwrap_or(0);
         pipe.cmd("PEXPIREAT")
-            .arg(&key)
+            .arg(key)
             .arg(until)
             .arg("NX")
             .ignore();
         pipe.cmd("PEXPIREAT")
-            .arg(&key)
+            .arg(key)
             .arg(until)
             .arg("GT")
             .ignore();

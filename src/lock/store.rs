@@ -10,7 +10,7 @@ use super::{
 };
 use crate::{
     error::{Error, Result},
-    redis::reply,
+    redis::{keys::Event, reply},
     time::now_ms,
 };
 
@@ -44,7 +44,8 @@ impl LockStore {
             let until = now_ms() + (wait + spec.ttl).as_millis() as i64 + INDEX_SLACK_MS;
             let (attempt, index) = tokio::join!(
                 self.redis.invoke_keyed(&keys.lock, &call),
-                self.index.record(&spec.owner, &spec.name, until)
+                self.index
+                    .record(self.redis.keys.owner_locks(&spec.owner), &spec.name, until)
             );
             match index {
                 Ok(()) => *indexed = true,
@@ -87,7 +88,8 @@ impl LockStore {
     pub async fn release(&self, name: &str, token: &str) -> Result<bool> {
         let keys = self.redis.keys.lock(name);
         let mut call = self.scripts.release.key(&keys.lock);
-        call.arg(token).arg(self.redis.keys.lock_released_channel());
+        call.arg(token)
+            .arg(self.redis.keys.channel(Event::LockReleased));
         let released: i64 = self.redis.invoke_keyed(&keys.lock, &call).await?;
         Ok(released == 1)
     }
@@ -104,7 +106,11 @@ impl LockStore {
         let expires_at_ms = reply::int(&reply, 1)?;
         let owner = reply::string(&reply, 2)?;
         self.index
-            .record(&owner, name, expires_at_ms + INDEX_SLACK_MS)
+            .record(
+                self.redis.keys.owner_locks(&owner),
+                name,
+                expires_at_ms + INDEX_SLACK_MS,
+            )
             .await?;
         Ok(Some(expires_at_ms))
     }
@@ -148,7 +154,7 @@ impl LockStore {
                     .arg("BYSCORE"),
             )
             .await?;
-        let channel = self.redis.keys.lock_released_channel();
+        let channel = self.redis.keys.channel(Event::LockReleased);
         let mut released = Vec::new();
         // Each name is its own slot, so each release is its own script; they run
         // concurrently, pipelined on the shared sockets, a bounded number at a time.

@@ -7,17 +7,18 @@ use crate::error::Result;
 
 impl QueueStore {
     /// Finishes deliveries; one flag per receipt. Joins the next `ack.lua` run of
-    /// `queue` when one is in flight, else starts one.
+    /// `queue` when one is in flight, else starts one. Runs are shared per queue key,
+    /// which names the tenant: two tenants' queues of one name never share a run.
     pub async fn ack(&self, queue: &str, receipts: &[String]) -> Result<Vec<bool>> {
         let store = self.clone();
+        let name = queue.to_owned();
         self.acks
             .submit(
-                queue.to_owned(),
+                self.keys(queue).pending().to_owned(),
                 receipts.to_vec(),
-                move |queue, receipts| {
-                    let store = store.clone();
-                    let queue = queue.clone();
-                    async move { store.ack_script(&queue, &receipts).await }
+                move |_, receipts| {
+                    let (store, name) = (store.clone(), name.clone());
+                    async move { store.ack_script(&name, &receipts).await }
                 },
             )
             .await

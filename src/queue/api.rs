@@ -163,7 +163,7 @@ impl QueueService for QueueApi {
         &self,
         request: Request<pb::EnqueueRequest>,
     ) -> Result<Response<pb::EnqueueResponse>, Status> {
-        rpc::unary("Enqueue", Bound::Race, request, |_, r| async move {
+        rpc::unary("Enqueue", Bound::Race, request, |call, r| async move {
             let queue = queue_name(&r.queue)?;
             if r.tasks.is_empty() || r.tasks.len() > MAX_BATCH {
                 return Err(Error::invalid(
@@ -178,7 +178,11 @@ impl QueueService for QueueApi {
                 .enumerate()
                 .map(|(at, spec)| new_task(at, spec))
                 .collect::<Result<Vec<_>>>()?;
-            let results = self.store.enqueue(queue, &tasks).await?;
+            let results = self
+                .store
+                .tenant(&call.tenant)
+                .enqueue(queue, &tasks)
+                .await?;
             Ok(pb::EnqueueResponse {
                 results: results
                     .into_iter()
@@ -206,7 +210,11 @@ impl QueueService for QueueApi {
                 auto_ack: r.auto_ack,
             };
             let wait = validate::duration("wait", r.wait.as_ref(), WAIT)?;
-            let tasks = self.store.lease(queue, spec, wait, call.deadline).await?;
+            let tasks = self
+                .store
+                .tenant(&call.tenant)
+                .lease(queue, spec, wait, call.deadline)
+                .await?;
             record_count(tasks.len());
             Ok(pb::LeaseResponse {
                 tasks: tasks.into_iter().map(task_message).collect(),
@@ -219,7 +227,7 @@ impl QueueService for QueueApi {
         &self,
         request: Request<pb::AckRequest>,
     ) -> Result<Response<pb::AckResponse>, Status> {
-        rpc::unary("Ack", Bound::Race, request, |_, r| async move {
+        rpc::unary("Ack", Bound::Race, request, |call, r| async move {
             let queue = queue_name(&r.queue)?;
             if r.receipts.len() > MAX_BATCH {
                 return Err(Error::invalid(
@@ -231,7 +239,11 @@ impl QueueService for QueueApi {
                 validate::token("receipts", receipt)?;
             }
             record_count(r.receipts.len());
-            let acked = self.store.ack(queue, &r.receipts).await?;
+            let acked = self
+                .store
+                .tenant(&call.tenant)
+                .ack(queue, &r.receipts)
+                .await?;
             Ok(pb::AckResponse { acked })
         })
         .await
@@ -241,11 +253,15 @@ impl QueueService for QueueApi {
         &self,
         request: Request<pb::NackRequest>,
     ) -> Result<Response<pb::NackResponse>, Status> {
-        rpc::unary("Nack", Bound::Race, request, |_, r| async move {
+        rpc::unary("Nack", Bound::Race, request, |call, r| async move {
             let queue = queue_name(&r.queue)?;
             let receipt = validate::token("receipt", &r.receipt)?;
             let delay = validate::duration("delay", r.delay.as_ref(), DELAY)?;
-            let nacked = self.store.nack(queue, receipt, delay).await?;
+            let nacked = self
+                .store
+                .tenant(&call.tenant)
+                .nack(queue, receipt, delay)
+                .await?;
             Ok(pb::NackResponse {
                 requeued: nacked == Nacked::Requeued,
                 dead: nacked == Nacked::Dead,
@@ -258,11 +274,15 @@ impl QueueService for QueueApi {
         &self,
         request: Request<pb::ExtendLeaseRequest>,
     ) -> Result<Response<pb::ExtendLeaseResponse>, Status> {
-        rpc::unary("ExtendLease", Bound::Race, request, |_, r| async move {
+        rpc::unary("ExtendLease", Bound::Race, request, |call, r| async move {
             let queue = queue_name(&r.queue)?;
             let receipt = validate::token("receipt", &r.receipt)?;
             let visibility = validate::duration("visibility", r.visibility.as_ref(), VISIBILITY)?;
-            let until = self.store.extend_lease(queue, receipt, visibility).await?;
+            let until = self
+                .store
+                .tenant(&call.tenant)
+                .extend_lease(queue, receipt, visibility)
+                .await?;
             Ok(pb::ExtendLeaseResponse {
                 extended: until.is_some(),
                 lease_expires_at: until.map(timestamp_from_ms),
@@ -275,7 +295,7 @@ impl QueueService for QueueApi {
         &self,
         request: Request<pb::PeekRequest>,
     ) -> Result<Response<pb::PeekResponse>, Status> {
-        rpc::unary("Peek", Bound::Race, request, |_, r| async move {
+        rpc::unary("Peek", Bound::Race, request, |call, r| async move {
             let queue = queue_name(&r.queue)?;
             let state = match pb::TaskState::try_from(r.state) {
                 Ok(pb::TaskState::Unspecified | pb::TaskState::Ready) => TaskState::Ready,
@@ -290,7 +310,11 @@ impl QueueService for QueueApi {
                 }
             };
             let limit = validate::count("limit", r.limit, 10, MAX_TASKS)?;
-            let tasks = self.store.peek(queue, state, limit).await?;
+            let tasks = self
+                .store
+                .tenant(&call.tenant)
+                .peek(queue, state, limit)
+                .await?;
             record_count(tasks.len());
             Ok(pb::PeekResponse {
                 tasks: tasks.into_iter().map(task_message).collect(),
@@ -303,7 +327,7 @@ impl QueueService for QueueApi {
         &self,
         request: Request<pb::CancelRequest>,
     ) -> Result<Response<pb::CancelResponse>, Status> {
-        rpc::unary("Cancel", Bound::Race, request, |_, r| async move {
+        rpc::unary("Cancel", Bound::Race, request, |call, r| async move {
             let queue = queue_name(&r.queue)?;
             if r.ids.is_empty() || r.ids.len() > MAX_BATCH {
                 return Err(Error::invalid(
@@ -313,7 +337,11 @@ impl QueueService for QueueApi {
             }
             task_ids(&r.ids)?;
             record_count(r.ids.len());
-            let cancelled = self.store.cancel(queue, &r.ids).await?;
+            let cancelled = self
+                .store
+                .tenant(&call.tenant)
+                .cancel(queue, &r.ids)
+                .await?;
             Ok(pb::CancelResponse { cancelled })
         })
         .await
@@ -323,13 +351,17 @@ impl QueueService for QueueApi {
         &self,
         request: Request<pb::RedriveRequest>,
     ) -> Result<Response<pb::RedriveResponse>, Status> {
-        rpc::unary("Redrive", Bound::Race, request, |_, r| async move {
+        rpc::unary("Redrive", Bound::Race, request, |call, r| async move {
             let queue = queue_name(&r.queue)?;
             if r.ids.len() > MAX_BATCH {
                 return Err(Error::invalid("ids", format!("at most {MAX_BATCH} ids")));
             }
             task_ids(&r.ids)?;
-            let redriven = self.store.redrive(queue, &r.ids).await?;
+            let redriven = self
+                .store
+                .tenant(&call.tenant)
+                .redrive(queue, &r.ids)
+                .await?;
             Ok(pb::RedriveResponse { redriven })
         })
         .await
@@ -339,9 +371,9 @@ impl QueueService for QueueApi {
         &self,
         request: Request<pb::StatsRequest>,
     ) -> Result<Response<pb::StatsResponse>, Status> {
-        rpc::unary("Stats", Bound::Race, request, |_, r| async move {
+        rpc::unary("Stats", Bound::Race, request, |call, r| async move {
             let queue = queue_name(&r.queue)?;
-            let stats = self.store.stats(queue).await?;
+            let stats = self.store.tenant(&call.tenant).stats(queue).await?;
             Ok(pb::StatsResponse {
                 ready: stats.ready,
                 delayed: stats.delayed,
@@ -360,7 +392,7 @@ impl QueueService for QueueApi {
         &self,
         request: Request<pb::SubscribeRequest>,
     ) -> Result<Response<Self::SubscribeStream>, Status> {
-        rpc::stream("Subscribe", self.heartbeat, request, |_, r| {
+        rpc::stream("Subscribe", self.heartbeat, request, |call, r| {
             let queue = queue_name(&r.queue)?;
             let worker_id = validate::optional_id("worker_id", &r.worker_id)?;
             let spec = SubscribeSpec {
@@ -368,7 +400,7 @@ impl QueueService for QueueApi {
                 visibility: validate::duration("visibility", r.visibility.as_ref(), VISIBILITY)?,
                 worker_id: (!worker_id.is_empty()).then(|| worker_id.to_owned()),
             };
-            let deliveries = self.scheduler.subscribe(queue, spec)?;
+            let deliveries = self.scheduler.subscribe(&call.tenant, queue, spec)?;
             Ok(deliveries.map(|task| {
                 task.map(|task| pb::SubscribeResponse {
                     event: Some(pb::subscribe_response::Event::Task(task_message(task))),

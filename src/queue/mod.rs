@@ -26,7 +26,13 @@ pub mod watch;
 use std::{sync::Arc, time::Duration};
 
 use crate::{
-    redis::{batch::GroupCommit, events::EventSink, keys::QueueKeys, Redis},
+    auth::Tenant,
+    redis::{
+        batch::GroupCommit,
+        events::EventSink,
+        keys::{Event, QueueKeys},
+        Redis,
+    },
     shutdown::Shutdown,
 };
 pub use model::{
@@ -83,9 +89,21 @@ impl QueueStore {
         &self.scripts
     }
 
-    /// The pub/sub channel this store listens on, and where its messages go.
+    /// This store, for `tenant`'s queues only: every key and channel it builds is in
+    /// that tenant's key space. Cheap (a few reference counts).
+    pub fn tenant(&self, tenant: &Tenant) -> Self {
+        let mut store = self.clone();
+        store.redis.keys = self.redis.keys.tenant(tenant);
+        store
+    }
+
+    /// The pattern of every tenant's queue-changed channel, and where its messages
+    /// (pending keys, which name their tenant) go.
     pub fn event_route(&self) -> (String, Arc<dyn EventSink>) {
-        (self.redis.keys.queue_changed_channel(), self.watch.clone())
+        (
+            self.redis.keys.events_pattern(Event::QueueChanged),
+            self.watch.clone(),
+        )
     }
 
     /// The wake-up of `queue`: notified when its tasks become due or are scheduled (or
@@ -94,12 +112,19 @@ impl QueueStore {
         self.watch.watch(self.keys(queue).pending())
     }
 
-    /// The channel on which Ack/Nack announce a freed Subscribe slot (message: tag).
+    /// This tenant's channel on which Ack/Nack announce a freed Subscribe slot
+    /// (message: tag).
     pub fn slot_freed_channel(&self) -> String {
-        self.redis.keys.slot_freed_channel()
+        self.redis.keys.channel(Event::SlotFreed)
     }
 
-    fn keys(&self, queue: &str) -> QueueKeys {
+    /// The pattern matching every tenant's slot-freed channel.
+    pub fn slot_freed_pattern(&self) -> String {
+        self.redis.keys.events_pattern(Event::SlotFreed)
+    }
+
+    /// The keys of `queue` in this store's tenant.
+    pub fn keys(&self, queue: &str) -> QueueKeys {
         self.redis.keys.queue(queue)
     }
 }

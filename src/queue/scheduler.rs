@@ -26,6 +26,7 @@ use super::{
     Dispatched, QueueStore, StreamSlots, Task,
 };
 use crate::{
+    auth::Tenant,
     error::{Error, Result},
     limits::Limits,
     redis::events::EventSink,
@@ -50,15 +51,24 @@ pub struct Scheduler {
 
 #[derive(Default)]
 struct Registry {
-    /// The feed of each queue with streams here.
+    /// The feed of each queue with streams here, by the queue's pending key (which
+    /// names its tenant: two tenants' queues of one name have two feeds).
     feeds: HashMap<String, Arc<Feed>>,
-    /// The feeds with a stream of each tag (one worker_id may be on several queues).
-    tags: HashMap<String, Vec<Arc<Feed>>>,
+    /// The feeds with a stream of each tag (one worker_id may be on several queues),
+    /// by the tenant's slot-freed channel and the tag: a freed slot of one tenant's
+    /// worker never wakes another tenant's feed.
+    tags: HashMap<(String, String), Vec<Arc<Feed>>>,
 }
 
 /// One queue's streams on this replica and the loop that feeds them.
 pub struct Feed {
     queue: String,
+    /// The queue's store, scoped to its tenant.
+    store: QueueStore,
+    /// Its key in `Registry::feeds`.
+    key: String,
+    /// Its tenant's slot-freed channel (half of its tags' keys in `Registry::tags`).
+    freed_channel: String,
     /// Kicked when a stream joins or ends or a slot frees. `notify_one` keeps a permit,
     /// so a kick that lands during a pass is not lost.
     wake: Notify,
@@ -147,12 +157,19 @@ impl Scheduler {
 
     /// The pub/sub channel of freed slots, and this scheduler as its sink.
     pub fn event_route(self: &Arc<Self>) -> (String, Arc<dyn EventSink>) {
-        (self.store.slot_freed_channel(), self.clone())
+        (self.store.slot_freed_pattern(), self.clone())
     }
 
-    /// Opens a stream on `queue`: RESOURCE_EXHAUSTED past `--max-streams`,
+    /// Opens a stream on `tenant`'s `queue`: RESOURCE_EXHAUSTED past `--max-streams`,
     /// UNAVAILABLE while shutting down.
-    pub fn subscribe(self: &Arc<Self>, queue: &str, spec: SubscribeSpec) -> Result<Subscription> {
+    pub fn subscribe(
+        self: &Arc<Self>,
+        tenant: &Tenant,
+        queue: &str,
+        spec: SubscribeSpec,
+    ) -> Result<Subscription> {
+        let store = self.store.tenant(tenant);
+        let key = store.keys(queue).pending().to_owned();
         let permit = self.limits.open_stream()?;
         let session = new_token();
         let (tag, worker) = match &spec.worker_id {
@@ -167,12 +184,12 @@ impl Scheduler {
             }
             let feed = registry
                 .feeds
-                .entry(queue.to_owned())
-                .or_insert_with(|| self.start_feed(queue))
+                .entry(key)
+                .or_insert_with_key(|key| self.start_feed(store, key, queue))
                 .clone();
             registry
                 .tags
-                .entry(tag.clone())
+                .entry((feed.freed_channel.clone(), tag.clone()))
                 .or_default()
                 .push(feed.clone());
             let mut members = feed.members();
@@ -203,9 +220,12 @@ impl Scheduler {
         Ok(Subscription::new(rx, leave, permit))
     }
 
-    fn start_feed(self: &Arc<Self>, queue: &str) -> Arc<Feed> {
+    fn start_feed(self: &Arc<Self>, store: QueueStore, key: &str, queue: &str) -> Arc<Feed> {
         let feed = Arc::new(Feed {
             queue: queue.to_owned(),
+            freed_channel: store.slot_freed_channel(),
+            store,
+            key: key.to_owned(),
             wake: Notify::new(),
             members: Mutex::default(),
         });
@@ -223,14 +243,16 @@ impl Scheduler {
         };
         let member = members.streams.remove(at);
         let tag = member.slots.tag;
-        if let Some(feeds) = registry.tags.get_mut(&tag) {
+        let tag_key = (feed.freed_channel.clone(), tag);
+        if let Some(feeds) = registry.tags.get_mut(&tag_key) {
             if let Some(at) = feeds.iter().position(|f| Arc::ptr_eq(f, feed)) {
                 feeds.swap_remove(at);
             }
             if feeds.is_empty() {
-                registry.tags.remove(&tag);
+                registry.tags.remove(&tag_key);
             }
         }
+        let tag = tag_key.1;
         members.ended.push(Ended {
             tag,
             session: member.slots.session,
@@ -242,7 +264,7 @@ impl Scheduler {
 
     /// One feed's loop, until its last stream is gone or the server shuts down.
     async fn run(self: Arc<Self>, feed: Arc<Feed>) {
-        let changed = self.store.changes(&feed.queue);
+        let changed = feed.store.changes(&feed.queue);
         let mut next = Next {
             pending: None,
             lease_end: None,
@@ -294,10 +316,10 @@ impl Scheduler {
         }
         if registry
             .feeds
-            .get(&feed.queue)
+            .get(&feed.key)
             .is_some_and(|f| Arc::ptr_eq(f, feed))
         {
-            registry.feeds.remove(&feed.queue);
+            registry.feeds.remove(&feed.key);
         }
         true
     }
@@ -327,7 +349,7 @@ impl Scheduler {
         };
         self.detach(feed, ended).await?;
         for (id, slots) in attach {
-            let tasks = self.store.attach(&feed.queue, &slots).await?;
+            let tasks = feed.store.attach(&feed.queue, &slots).await?;
             tracing::debug!(count = tasks.len(), "worker re-attached");
             let mut members = feed.members();
             if let Some(member) = members.streams.iter_mut().find(|m| m.id == id) {
@@ -338,7 +360,7 @@ impl Scheduler {
             }
         }
         if !eligible.is_empty() {
-            let dispatched = self.store.dispatch(&feed.queue, &slots).await?;
+            let dispatched = feed.store.dispatch(&feed.queue, &slots).await?;
             *next = Self::deliver(feed, &eligible, &slots, dispatched);
         }
         let any_free = feed.members().streams.iter().any(|m| !m.full);
@@ -399,7 +421,7 @@ impl Scheduler {
                 .iter()
                 .map(|e| (e.tag.clone(), e.session.clone()))
                 .collect();
-            match self.store.detach(&feed.queue, &streams, grace).await {
+            match feed.store.detach(&feed.queue, &streams, grace).await {
                 Ok((returned, kept)) => {
                     tracing::debug!(streams = streams.len(), returned, kept, "streams detached");
                 }
@@ -438,11 +460,12 @@ impl Scheduler {
 }
 
 impl EventSink for Scheduler {
-    fn on_message(&self, _channel: &str, payload: &[u8]) {
+    fn on_message(&self, channel: &str, payload: &[u8]) {
         let Ok(tag) = std::str::from_utf8(payload) else {
             return;
         };
-        let feeds = locked(&self.registry).tags.get(tag).cloned();
+        let key = (channel.to_owned(), tag.to_owned());
+        let feeds = locked(&self.registry).tags.get(&key).cloned();
         for feed in feeds.into_iter().flatten() {
             feed.free(Some(tag));
         }

@@ -17,7 +17,7 @@ use super::{
 
 /// The most DEAD tasks one `redrive.lua` run moves (about 2 ms of Redis time).
 pub const REDRIVE_PER_RUN: usize = 200;
-use crate::{error::Result, token::new_token};
+use crate::{error::Result, redis::keys::Event, token::new_token};
 
 impl QueueStore {
     /// Runs a script that returns expired leases first. A run that met a full run's
@@ -41,7 +41,7 @@ impl QueueStore {
     pub async fn enqueue(&self, queue: &str, tasks: &[NewTask]) -> Result<Vec<Enqueued>> {
         let keys = self.keys(queue);
         let mut call = call(&self.scripts.enqueue, &keys);
-        call.arg(self.redis.keys.queue_changed_channel())
+        call.arg(self.redis.keys.channel(Event::QueueChanged))
             .arg(keys.pending());
         for task in tasks {
             let (kind, value) = match task.schedule {
@@ -115,7 +115,7 @@ impl QueueStore {
     ) -> Result<(u64, u64)> {
         let keys = self.keys(queue);
         let mut call = call(&self.scripts.detach, &keys);
-        call.arg(self.redis.keys.queue_changed_channel())
+        call.arg(self.redis.keys.channel(Event::QueueChanged))
             .arg(keys.pending())
             .arg(grace.as_millis() as u64);
         for (tag, session) in streams {
@@ -129,7 +129,7 @@ impl QueueStore {
     pub(super) async fn give_back(&self, queue: &str, receipts: &[String]) -> Result<u64> {
         let keys = self.keys(queue);
         let mut call = call(&self.scripts.give_back, &keys);
-        call.arg(self.redis.keys.queue_changed_channel())
+        call.arg(self.redis.keys.channel(Event::QueueChanged))
             .arg(keys.pending());
         for receipt in receipts {
             call.arg(receipt);
@@ -141,7 +141,7 @@ impl QueueStore {
     pub(super) async fn ack_script(&self, queue: &str, receipts: &[String]) -> Result<Vec<bool>> {
         let keys = self.keys(queue);
         let mut call = call(&self.scripts.ack, &keys);
-        call.arg(self.redis.keys.slot_freed_channel());
+        call.arg(self.redis.keys.channel(Event::SlotFreed));
         for receipt in receipts {
             call.arg(receipt);
         }
@@ -155,9 +155,9 @@ impl QueueStore {
         let mut call = call(&self.scripts.nack, &keys);
         call.arg(receipt)
             .arg(delay.as_millis() as u64)
-            .arg(self.redis.keys.queue_changed_channel())
+            .arg(self.redis.keys.channel(Event::QueueChanged))
             .arg(keys.pending())
-            .arg(self.redis.keys.slot_freed_channel());
+            .arg(self.redis.keys.channel(Event::SlotFreed));
         let (requeued, dead): (i64, i64) = self.redis.invoke(&call).await?;
         Ok(match (requeued, dead) {
             (1, _) => Nacked::Requeued,
@@ -209,7 +209,7 @@ impl QueueStore {
         let keys = self.keys(queue);
         let run = |ids: &[String]| {
             let mut call = call(&self.scripts.redrive, &keys);
-            call.arg(self.redis.keys.queue_changed_channel())
+            call.arg(self.redis.keys.channel(Event::QueueChanged))
                 .arg(keys.pending())
                 .arg(REDRIVE_PER_RUN);
             for id in ids {

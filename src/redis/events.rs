@@ -1,5 +1,6 @@
 //! Wake-ups by pub/sub: one dedicated connection per server (never a pooled one) that
-//! subscribes to the event channels and hands each message to a sink. Any replica can
+//! subscribes to the event channels of every tenant (one pattern per event,
+//! `Keys::events_pattern`) and hands each message to that event's sink. Any replica can
 //! publish (the scripts do, inside the state change), so waiters on every replica hear
 //! of it. When the connection drops it is made again, and the sink is told, because
 //! messages sent meanwhile were lost and waiters must look again.
@@ -28,10 +29,10 @@ pub struct Events {
 }
 
 impl Events {
-    /// Spawns the subscriber task on `url`, running until shutdown; each channel's
-    /// messages go to its sink.
+    /// Spawns the subscriber task on `info`, running until shutdown; the messages of
+    /// the channels matching each pattern go to its sink.
     pub fn spawn(
-        url: String,
+        info: redis::ConnectionInfo,
         routes: Vec<(String, Arc<dyn EventSink>)>,
         shutdown: &Shutdown,
     ) -> Self {
@@ -40,7 +41,7 @@ impl Events {
         let task_shutdown = shutdown.clone();
         shutdown.spawn(async move {
             tokio::select! {
-                () = run(url, routes, resubscribe) => {}
+                () = run(info, routes, resubscribe) => {}
                 () = task_shutdown.cancelled() => {}
             }
         });
@@ -53,14 +54,18 @@ impl Events {
     }
 }
 
-async fn run(url: String, routes: Vec<(String, Arc<dyn EventSink>)>, resubscribe: Arc<Notify>) {
-    let channels: Vec<String> = routes.iter().map(|(channel, _)| channel.clone()).collect();
+async fn run(
+    info: redis::ConnectionInfo,
+    routes: Vec<(String, Arc<dyn EventSink>)>,
+    resubscribe: Arc<Notify>,
+) {
+    let patterns: Vec<String> = routes.iter().map(|(pattern, _)| pattern.clone()).collect();
     let mut backoff = Duration::from_millis(50);
     loop {
-        match subscribe(&url, &channels).await {
+        match subscribe(&info, &patterns).await {
             Ok(pubsub) => {
                 backoff = Duration::from_millis(50);
-                tracing::debug!(channels = channels.len(), "pub/sub subscribed");
+                tracing::debug!(patterns = patterns.len(), "pub/sub subscribed");
                 for (_, sink) in &routes {
                     sink.on_subscribed();
                 }
@@ -69,9 +74,10 @@ async fn run(url: String, routes: Vec<(String, Arc<dyn EventSink>)>, resubscribe
                     tokio::select! {
                         message = messages.next() => match message {
                             Some(message) => {
-                                let channel = message.get_channel_name();
-                                if let Some((_, sink)) = routes.iter().find(|(name, _)| name == channel) {
-                                    sink.on_message(channel, message.get_payload_bytes());
+                                let pattern: Option<String> = message.get_pattern().ok();
+                                let route = routes.iter().find(|(p, _)| Some(p) == pattern.as_ref());
+                                if let Some((_, sink)) = route {
+                                    sink.on_message(message.get_channel_name(), message.get_payload_bytes());
                                 }
                             }
                             None => break,
@@ -93,12 +99,15 @@ async fn run(url: String, routes: Vec<(String, Arc<dyn EventSink>)>, resubscribe
     }
 }
 
-async fn subscribe(url: &str, channels: &[String]) -> redis::RedisResult<redis::aio::PubSub> {
-    let client = redis::Client::open(url)?;
+async fn subscribe(
+    info: &redis::ConnectionInfo,
+    patterns: &[String],
+) -> redis::RedisResult<redis::aio::PubSub> {
+    let client = redis::Client::open(info.clone())?;
     let connect = async {
         let mut pubsub = client.get_async_pubsub().await?;
-        for channel in channels {
-            pubsub.subscribe(channel).await?;
+        for pattern in patterns {
+            pubsub.psubscribe(pattern).await?;
         }
         Ok(pubsub)
     };

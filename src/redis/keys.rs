@@ -1,16 +1,32 @@
-//! The only place Redis keys are built.
+//! The only place Redis keys and pub/sub channels are built.
 //!
-//! Layout: `<prefix>:<kind>:{<encoded name>}[:<part>]`. The name is encoded so that it
-//! holds no `{` or `}` (`%` → `%25`, `{` → `%7B`, `}` → `%7D`), which makes the braces
-//! we add the key's Redis Cluster hash tag: every key of one lock or one queue lands in
-//! one slot, whatever the name (`LockRoom:{42}` included), so every script is
-//! single-slot. The prefix may hold no braces either (checked in `config`). A tenant
-//! namespace, later, becomes one more component here and nowhere else.
+//! Layout: `<space>:<kind>:{<encoded name>}[:<part>]`, where `<space>` is the
+//! `--key-prefix` for the tenant `default` (the layout from before tenants, so its data
+//! is still found) and `<prefix>:t:<encoded tenant>` for every other tenant. The name
+//! is encoded so that it holds no `{` or `}` (`%` → `%25`, `{` → `%7B`, `}` → `%7D`),
+//! which makes the braces we add the key's Redis Cluster hash tag: every key of one
+//! lock or one queue lands in one slot, whatever the name (`LockRoom:{42}` included),
+//! so every script is single-slot. The tenant is encoded the same way and also loses
+//! its `:` (`%3A`), so it is exactly one component: no tenant name, and no lock or
+//! queue name, can spell another tenant's key. The prefix may hold no braces (checked
+//! in `config`).
+//!
+//! Channels: `<prefix>:events:<event>:<encoded tenant>`; one pattern per event
+//! (`events_pattern`) hears every tenant's.
 
-/// Builds every key and channel name under one `--key-prefix`.
+use std::sync::Arc;
+
+use crate::auth::Tenant;
+
+/// Builds every key and channel name of one tenant under one `--key-prefix`. Cheap to
+/// clone; [`Keys::tenant`] gives another tenant's builder.
 #[derive(Clone, Debug)]
 pub struct Keys {
-    prefix: String,
+    prefix: Arc<str>,
+    /// Where this tenant's keys start: the prefix, or `<prefix>:t:<encoded tenant>`.
+    space: Arc<str>,
+    /// The tenant, encoded: the last component of its channels.
+    tenant: Arc<str>,
 }
 
 /// The keys of one lock name, all in one hash slot.
@@ -39,17 +55,57 @@ impl QueueKeys {
     }
 }
 
+/// The pub/sub events: each has one channel per tenant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A released lock (message: its lock key).
+    LockReleased,
+    /// A queue with newly due or newly scheduled tasks (message: its pending key).
+    QueueChanged,
+    /// A freed Subscribe slot (message: the subscription's worker tag).
+    SlotFreed,
+}
+
+impl Event {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::LockReleased => "lock-released",
+            Self::QueueChanged => "queue-changed",
+            Self::SlotFreed => "slot-freed",
+        }
+    }
+}
+
 impl Keys {
-    /// Keys under `prefix` (already validated: non-empty, no braces).
+    /// The keys of the tenant `default` under `prefix` (already validated: non-empty,
+    /// no braces).
     pub fn new(prefix: impl Into<String>) -> Self {
+        let prefix: Arc<str> = prefix.into().into();
         Self {
-            prefix: prefix.into(),
+            space: prefix.clone(),
+            prefix,
+            tenant: encode_tenant(crate::auth::DEFAULT_TENANT).into(),
+        }
+    }
+
+    /// The same prefix, for `tenant`'s keys.
+    pub fn tenant(&self, tenant: &Tenant) -> Self {
+        let encoded = encode_tenant(tenant.as_str());
+        let space = if tenant.is_default() {
+            self.prefix.clone()
+        } else {
+            format!("{}:t:{encoded}", self.prefix).into()
+        };
+        Self {
+            prefix: self.prefix.clone(),
+            space,
+            tenant: encoded.into(),
         }
     }
 
     /// The keys of the lock `name`.
     pub fn lock(&self, name: &str) -> LockKeys {
-        let lock = format!("{}:lock:{{{}}}", self.prefix, encode(name));
+        let lock = format!("{}:lock:{{{}}}", self.space, encode(name));
         LockKeys {
             fence: format!("{lock}:fence"),
             lock,
@@ -59,17 +115,12 @@ impl Keys {
     /// Sorted set of the lock names `owner` may hold (score: lease end, Unix ms), for
     /// `ReleaseAll`. It lives in the owner's slot, not the locks'.
     pub fn owner_locks(&self, owner: &str) -> String {
-        format!("{}:owner:{{{}}}", self.prefix, encode(owner))
-    }
-
-    /// The pub/sub channel a released lock is announced on (message: its lock key).
-    pub fn lock_released_channel(&self) -> String {
-        format!("{}:events:lock-released", self.prefix)
+        format!("{}:owner:{{{}}}", self.space, encode(owner))
     }
 
     /// The keys of the queue `name`.
     pub fn queue(&self, name: &str) -> QueueKeys {
-        let base = format!("{}:queue:{{{}}}", self.prefix, encode(name));
+        let base = format!("{}:queue:{{{}}}", self.space, encode(name));
         QueueKeys {
             all: [
                 "pending", "inflight", "dead", "tasks", "payloads", "reserved", "seq", "leased",
@@ -78,27 +129,44 @@ impl Keys {
         }
     }
 
-    /// The channel on which a queue with newly due (or newly scheduled) tasks is
-    /// announced (message: its pending key).
-    pub fn queue_changed_channel(&self) -> String {
-        format!("{}:events:queue-changed", self.prefix)
+    /// This tenant's channel for `event`.
+    pub fn channel(&self, event: Event) -> String {
+        format!("{}:events:{}:{}", self.prefix, event.as_str(), self.tenant)
     }
 
-    /// The channel on which a freed Subscribe slot is announced (message: the
-    /// subscription's worker tag).
-    pub fn slot_freed_channel(&self) -> String {
-        format!("{}:events:slot-freed", self.prefix)
+    /// The pattern (`PSUBSCRIBE`) matching every tenant's channel for `event`; the
+    /// prefix's glob characters are escaped.
+    pub fn events_pattern(&self, event: Event) -> String {
+        let mut pattern = String::with_capacity(self.prefix.len() + 32);
+        for c in self.prefix.chars() {
+            if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+                pattern.push('\\');
+            }
+            pattern.push(c);
+        }
+        format!("{pattern}:events:{}:*", event.as_str())
     }
 }
 
-/// Percent-encodes the three characters that could move or break a hash tag.
+/// Percent-encodes the characters that could move or break a hash tag, and `%`
+/// itself. A name's `:` stays (it is inside the braces, where it cannot end one).
 fn encode(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    for c in name.chars() {
+    escape(name, false)
+}
+
+/// Like [`encode`], and `:` too: a tenant is one component of a key or channel.
+fn encode_tenant(tenant: &str) -> String {
+    escape(tenant, true)
+}
+
+fn escape(text: &str, colon: bool) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
         match c {
             '%' => out.push_str("%25"),
             '{' => out.push_str("%7B"),
             '}' => out.push_str("%7D"),
+            ':' if colon => out.push_str("%3A"),
             c => out.push(c),
         }
     }
@@ -120,6 +188,7 @@ mod tests {
                 "25" => '%',
                 "7B" => '{',
                 "7D" => '}',
+                "3A" => ':',
                 _ => return None,
             });
             rest = &rest[at + 3..];
@@ -131,7 +200,7 @@ mod tests {
     /// The lock name back from a lock key.
     fn lock_name(keys: &Keys, lock_key: &str) -> Option<String> {
         let rest = lock_key
-            .strip_prefix(&keys.prefix)?
+            .strip_prefix(&*keys.prefix)?
             .strip_prefix(":lock:{")?;
         decode(rest.strip_suffix('}')?)
     }
@@ -190,6 +259,99 @@ mod tests {
         assert_eq!(
             keys.lock("LockRoom:{42}").lock,
             "turnstile:lock:{LockRoom:%7B42%7D}"
+        );
+    }
+
+    /// The tenant and lock name back from a lock key: what a key says is all there is
+    /// to know about whose it is.
+    fn lock_owner(prefix: &str, key: &str) -> Option<(String, String)> {
+        let rest = key.strip_prefix(prefix)?;
+        let (tenant, rest) = match rest.strip_prefix(":t:") {
+            Some(rest) => {
+                let end = rest.find(':')?;
+                (decode(&rest[..end])?, &rest[end..])
+            }
+            None => (crate::auth::DEFAULT_TENANT.to_owned(), rest),
+        };
+        let name = decode(rest.strip_prefix(":lock:{")?.strip_suffix('}')?)?;
+        Some((tenant, name))
+    }
+
+    const TRICKY_TENANTS: [&str; 10] = [
+        "default",
+        "shop",
+        "sho",
+        "shop:lock",
+        "a:t:b",
+        "{x}",
+        "%3A",
+        ":",
+        "t",
+        "shop%",
+    ];
+    const TRICKY_NAMES: [&str; 8] = [
+        "x",
+        "lock:{x}",
+        "t:shop:lock:{x}",
+        "}",
+        "{",
+        "%7D",
+        ":",
+        "shop",
+    ];
+
+    #[test]
+    fn no_tenant_or_name_can_spell_another_tenants_key() {
+        let root = Keys::new("turnstile");
+        let mut seen = std::collections::HashMap::new();
+        for tenant in TRICKY_TENANTS {
+            let keys = root.tenant(&Tenant::new("tenant", tenant).unwrap());
+            for name in TRICKY_NAMES {
+                let lock = keys.lock(name);
+                assert_eq!(
+                    lock_owner("turnstile", &lock.lock),
+                    Some((tenant.to_owned(), name.to_owned())),
+                    "{tenant} / {name}: {}",
+                    lock.lock
+                );
+                assert!(!hash_tag(&lock.lock).contains(['{', '}']));
+                let queue = keys.queue(name).pending().to_owned();
+                for key in [lock.lock, lock.fence, queue, keys.owner_locks(name)] {
+                    if let Some(earlier) = seen.insert(key.clone(), (tenant, name)) {
+                        panic!("{key} is both {earlier:?} and {:?}", (tenant, name));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_default_tenant_keeps_the_layout_from_before_tenants() {
+        let root = Keys::new("turnstile");
+        let default = root.tenant(&Tenant::default());
+        assert_eq!(default.lock("a").lock, "turnstile:lock:{a}");
+        assert_eq!(root.lock("a").lock, "turnstile:lock:{a}");
+        let shop = root.tenant(&Tenant::new("tenant", "sh:op").unwrap());
+        assert_eq!(shop.lock("a").lock, "turnstile:t:sh%3Aop:lock:{a}");
+        assert_eq!(
+            shop.queue("a").pending(),
+            "turnstile:t:sh%3Aop:queue:{a}:pending"
+        );
+    }
+
+    #[test]
+    fn each_tenant_has_its_own_channels_and_one_pattern_hears_them_all() {
+        let root = Keys::new("turn*stile");
+        let mut channels = std::collections::HashSet::new();
+        for tenant in TRICKY_TENANTS {
+            let keys = root.tenant(&Tenant::new("tenant", tenant).unwrap());
+            let channel = keys.channel(Event::SlotFreed);
+            assert!(channel.starts_with("turn*stile:events:slot-freed:"));
+            assert!(channels.insert(channel));
+        }
+        assert_eq!(
+            root.events_pattern(Event::SlotFreed),
+            "turn\\*stile:events:slot-freed:*"
         );
     }
 }

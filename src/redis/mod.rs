@@ -31,6 +31,45 @@ use crate::error::{Error, Result};
 pub use keys::Keys;
 pub use script::Script;
 
+/// Parses `url` (`redis://`, `rediss://`, `unix://`, with an ACL user and password
+/// if given) into what every connection is made from. For `rediss://`, `ca` (PEM) is
+/// the one CA to trust; `None` trusts the system's roots. Errors never quote the URL,
+/// which may hold a password.
+pub fn connection_info(url: &str, ca: Option<Vec<u8>>) -> Result<redis::ConnectionInfo> {
+    let invalid =
+        |err: redis::RedisError| Error::invalid("redis_url", format!("{}: {err}", redact(url)));
+    let info = match ca {
+        None => redis::IntoConnectionInfo::into_connection_info(url).map_err(invalid)?,
+        Some(root_cert) => {
+            let certificates = redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(root_cert),
+            };
+            redis::Client::build_with_tls(url, certificates)
+                .map_err(invalid)?
+                .get_connection_info()
+                .clone()
+        }
+    };
+    Ok(info)
+}
+
+/// `url` with its password (if any) replaced by `***`, for messages and logs.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => {
+            let user = rest[..at].split(':').next().unwrap_or_default();
+            let password = if rest[..at].contains(':') { ":***" } else { "" };
+            format!("{scheme}://{user}{password}{}", &rest[at..])
+        }
+        None => url.to_owned(),
+    }
+}
+
 /// Sockets the commands are spread over (each carries many pipelined commands).
 pub const SOCKETS: usize = 4;
 /// bb8's limit: the working sockets plus room to replace broken ones while the old
@@ -90,8 +129,8 @@ pub struct Redis {
     timeout: Duration,
     /// The key layout.
     pub keys: Keys,
-    /// The URL, for the dedicated pub/sub connection.
-    url: String,
+    /// Where Redis is (address, TLS, ACL user), for the dedicated pub/sub connection.
+    info: redis::ConnectionInfo,
 }
 
 /// One of the sockets in use: empty until first used or after it broke.
@@ -106,8 +145,13 @@ impl Redis {
     /// A pool for `url`. Connects lazily, so the server starts (NOT_SERVING) even
     /// while Redis is down.
     pub fn new(url: &str, timeout: Duration, keys: Keys) -> Result<Self> {
-        let inner = RedisConnectionManager::new(url)
-            .map_err(|err| Error::invalid("redis_url", format!("{url}: {err}")))?;
+        Self::with_info(connection_info(url, None)?, timeout, keys)
+    }
+
+    /// [`Redis::new`] from a parsed [`connection_info`].
+    pub fn with_info(info: redis::ConnectionInfo, timeout: Duration, keys: Keys) -> Result<Self> {
+        let inner = RedisConnectionManager::new(info.clone())
+            .map_err(|err| Error::invalid("redis_url", err.to_string()))?;
         let pool = bb8::Pool::builder()
             .max_size(POOL_SIZE)
             .min_idle(Some(1))
@@ -120,13 +164,13 @@ impl Redis {
             turn: Arc::default(),
             timeout,
             keys,
-            url: url.to_owned(),
+            info,
         })
     }
 
-    /// The URL this handle connects to.
-    pub fn url(&self) -> &str {
-        &self.url
+    /// Where this handle connects to.
+    pub fn connection_info(&self) -> &redis::ConnectionInfo {
+        &self.info
     }
 
     /// A connection to run commands on, shared with other in-flight calls: the one of

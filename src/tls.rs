@@ -1,0 +1,40 @@
+//! The TLS settings, read from their PEM files at start: the gRPC server's
+//! certificate and key, the CA its clients' certificates must be signed by (mTLS),
+//! and the CA to trust for a `rediss://` Redis. An unreadable file stops the start,
+//! naming its flag.
+
+use std::path::Path;
+
+use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+
+use crate::config::Config;
+
+/// The server's TLS, or `None` for plaintext (no --tls-cert).
+pub fn server_config(config: &Config) -> Result<Option<ServerTlsConfig>, String> {
+    let (Some(cert), Some(key)) = (&config.tls_cert, &config.tls_key) else {
+        return Ok(None);
+    };
+    let identity = Identity::from_pem(read("--tls-cert", cert)?, read("--tls-key", key)?);
+    let mut tls = ServerTlsConfig::new().identity(identity);
+    if let Some(ca) = &config.tls_client_ca {
+        tls = tls.client_ca_root(Certificate::from_pem(read("--tls-client-ca", ca)?));
+    }
+    Ok(Some(tls))
+}
+
+/// The CA to trust for `rediss://`, or `None` for the system's roots.
+pub fn redis_ca(config: &Config) -> Result<Option<Vec<u8>>, String> {
+    config
+        .redis_ca
+        .as_deref()
+        .map(|path| read("--redis-ca", path))
+        .transpose()
+}
+
+fn read(flag: &str, path: &Path) -> Result<Vec<u8>, String> {
+    let pem = std::fs::read(path).map_err(|err| format!("{flag} {}: {err}", path.display()))?;
+    if !pem.starts_with(b"-----BEGIN") && !String::from_utf8_lossy(&pem).contains("-----BEGIN ") {
+        return Err(format!("{flag} {}: not a PEM file", path.display()));
+    }
+    Ok(pem)
+}
