@@ -101,16 +101,8 @@ fn pipeline(batch: &[Entry], writes: &AtomicU64) -> redis::Pipeline {
                 .ignore();
         }
         let until = entries.iter().map(|e| e.until_ms).max().unwrap_or(0);
-        pipe.cmd("PEXPIREAT")
-            .arg(key)
-            .arg(until)
-            .arg("NX")
-            .ignore();
-        pipe.cmd("PEXPIREAT")
-            .arg(key)
-            .arg(until)
-            .arg("GT")
-            .ignore();
+        pipe.cmd("PEXPIREAT").arg(key).arg(until).arg("NX").ignore();
+        pipe.cmd("PEXPIREAT").arg(key).arg(until).arg("GT").ignore();
     }
     pipe
 }

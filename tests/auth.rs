@@ -1,0 +1,663 @@
+//! Who may do what (contract: "Who may do what: tenants, tokens, TLS"): bearer tokens
+//! from the auth file, one permission per RPC, tenants as separate key spaces that no
+//! RPC and no name trick can cross, reload on SIGHUP, no token in any log, and TLS.
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::*;
+use tokio_stream::StreamExt;
+use tonic::{
+    metadata::{Ascii, MetadataValue},
+    service::{interceptor::InterceptedService, Interceptor},
+    transport::Channel,
+    Code, Request, Status,
+};
+use turnstile::pb::{
+    self, hold_response, lock_service_client::LockServiceClient,
+    queue_service_client::QueueServiceClient, subscribe_response,
+};
+
+/// Adds `authorization: Bearer <token>` to every call (nothing without a token).
+#[derive(Clone)]
+struct Bearer(Option<MetadataValue<Ascii>>);
+
+impl Interceptor for Bearer {
+    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
+        if let Some(value) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
+        Ok(request)
+    }
+}
+
+type Locks = LockServiceClient<InterceptedService<Channel, Bearer>>;
+type Queues = QueueServiceClient<InterceptedService<Channel, Bearer>>;
+
+/// Lock and queue clients on `channel` that send `token`.
+fn clients(channel: Channel, token: Option<&str>) -> (Locks, Queues) {
+    let bearer = Bearer(token.map(|t| format!("Bearer {t}").parse().expect("ascii token")));
+    (
+        LockServiceClient::with_interceptor(channel.clone(), bearer.clone()),
+        QueueServiceClient::with_interceptor(channel, bearer),
+    )
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Writes an auth file of `(token, tenant, permissions)` entries; returns its path.
+fn write_auth_file(path: &PathBuf, grants: &[(&str, &str, &[&str])]) -> PathBuf {
+    let mut text = String::new();
+    for (token, tenant, permissions) in grants {
+        let permissions: Vec<String> = permissions.iter().map(|p| format!("{p:?}")).collect();
+        text.push_str(&format!(
+            "[[token]]\nsha256 = \"{}\"\ntenant = {tenant:?}\npermissions = [{}]\n\n",
+            hex(&turnstile::auth::sha256(token)),
+            permissions.join(", ")
+        ));
+    }
+    std::fs::write(path, text).expect("write auth file");
+    path.clone()
+}
+
+const ALL: &[&str] = &["lock", "produce", "consume", "admin"];
+
+/// Every RPC, and the permission the contract says it needs.
+const RPCS: [(&str, &str); 16] = [
+    ("Acquire", "lock"),
+    ("Release", "lock"),
+    ("Extend", "lock"),
+    ("Describe", "lock"),
+    ("ReleaseAll", "lock"),
+    ("Hold", "lock"),
+    ("Enqueue", "produce"),
+    ("Lease", "consume"),
+    ("Ack", "consume"),
+    ("Nack", "consume"),
+    ("ExtendLease", "consume"),
+    ("Subscribe", "consume"),
+    ("Peek", "admin"),
+    ("Cancel", "admin"),
+    ("Redrive", "admin"),
+    ("Stats", "admin"),
+];
+
+/// Calls `rpc` with a valid request; the status code it got (OK when it was served;
+/// a stream counts as served once it is open).
+async fn call(rpc: &str, locks: &mut Locks, queues: &mut Queues) -> Code {
+    let (name, queue) = ("perm-lock".to_owned(), "perm-queue".to_owned());
+    let result: Result<(), Status> = match rpc {
+        "Acquire" => locks
+            .acquire(pb::AcquireRequest {
+                name: name.clone(),
+                owner: "o".into(),
+                ..Default::default()
+            })
+            .await
+            .map(drop),
+        "Release" => locks
+            .release(pb::ReleaseRequest {
+                name,
+                token: "t".into(),
+            })
+            .await
+            .map(drop),
+        "Extend" => locks
+            .extend(pb::ExtendRequest {
+                name,
+                token: "t".into(),
+                ttl: ms(1000),
+            })
+            .await
+            .map(drop),
+        "Describe" => locks
+            .describe(pb::DescribeRequest {
+                name,
+                token: String::new(),
+            })
+            .await
+            .map(drop),
+        "ReleaseAll" => locks
+            .release_all(pb::ReleaseAllRequest { owner: "o".into() })
+            .await
+            .map(drop),
+        "Hold" => locks
+            .hold(pb::HoldRequest {
+                name: "perm-hold".into(),
+                owner: "o".into(),
+                ..Default::default()
+            })
+            .await
+            .map(drop),
+        "Enqueue" => queues
+            .enqueue(pb::EnqueueRequest {
+                queue,
+                tasks: vec![pb::TaskSpec {
+                    id: "t".into(),
+                    ..Default::default()
+                }],
+            })
+            .await
+            .map(drop),
+        "Lease" => queues
+            .lease(pb::LeaseRequest {
+                queue,
+                ..Default::default()
+            })
+            .await
+            .map(drop),
+        "Ack" => queues
+            .ack(pb::AckRequest {
+                queue,
+                receipts: vec!["r".into()],
+            })
+            .await
+            .map(drop),
+        "Nack" => queues
+            .nack(pb::NackRequest {
+                queue,
+                receipt: "r".into(),
+                delay: None,
+            })
+            .await
+            .map(drop),
+        "ExtendLease" => queues
+            .extend_lease(pb::ExtendLeaseRequest {
+                queue,
+                receipt: "r".into(),
+                visibility: ms(1000),
+            })
+            .await
+            .map(drop),
+        "Subscribe" => queues
+            .subscribe(pb::SubscribeRequest {
+                queue,
+                ..Default::default()
+            })
+            .await
+            .map(drop),
+        "Peek" => queues
+            .peek(pb::PeekRequest {
+                queue,
+                ..Default::default()
+            })
+            .await
+            .map(drop),
+        "Cancel" => queues
+            .cancel(pb::CancelRequest {
+                queue,
+                ids: vec!["t".into()],
+            })
+            .await
+            .map(drop),
+        "Redrive" => queues
+            .redrive(pb::RedriveRequest { queue, ids: vec![] })
+            .await
+            .map(drop),
+        "Stats" => queues.stats(pb::StatsRequest { queue }).await.map(drop),
+        other => panic!("no RPC {other}"),
+    };
+    match result {
+        Ok(()) => Code::Ok,
+        Err(status) => status.code(),
+    }
+}
+
+/// A server whose auth file is written from `grants`.
+async fn server_with(redis: &TestRedis, grants: &[(&str, &str, &[&str])]) -> (TestServer, PathBuf) {
+    let path = write_auth_file(&redis.dir.0.join("auth.toml"), grants);
+    let file = path.clone();
+    let server = TestServer::start_with(redis, move |config| {
+        config.auth_file = Some(file.clone());
+    })
+    .await;
+    (server, path)
+}
+
+#[tokio::test]
+async fn without_a_known_token_every_rpc_is_unauthenticated_but_health_and_reflection_answer(
+) -> TestResult {
+    init_tracing();
+    let redis = TestRedis::start().await;
+    let (server, _) = server_with(&redis, &[("good-token", "shop", ALL)]).await;
+    for token in [None, Some("wrong-token"), Some("good-token ")] {
+        let (mut locks, mut queues) = clients(server.channel().await, token);
+        for (rpc, _) in RPCS {
+            let code = call(rpc, &mut locks, &mut queues).await;
+            let wanted = if token == Some("good-token ") {
+                // Surrounding blanks are not part of the token.
+                Code::Ok
+            } else {
+                Code::Unauthenticated
+            };
+            assert_eq!(code, wanted, "{rpc} with {token:?}");
+        }
+    }
+    // A scheme other than Bearer is no token either.
+    let mut locks = LockServiceClient::new(server.channel().await);
+    let mut request = Request::new(pb::DescribeRequest {
+        name: "x".into(),
+        token: String::new(),
+    });
+    request
+        .metadata_mut()
+        .insert("authorization", "Basic good-token".parse()?);
+    assert_eq!(
+        locks.describe(request).await.unwrap_err().code(),
+        Code::Unauthenticated
+    );
+    // Health and reflection need no token.
+    let mut health = tonic_health::pb::health_client::HealthClient::new(server.channel().await);
+    health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        })
+        .await?;
+    let mut reflection =
+        tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient::new(
+            server.channel().await,
+        );
+    let request = tonic_reflection::pb::v1::ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(
+            tonic_reflection::pb::v1::server_reflection_request::MessageRequest::ListServices(
+                String::new(),
+            ),
+        ),
+    };
+    let mut replies = reflection
+        .server_reflection_info(tokio_stream::iter([request]))
+        .await?
+        .into_inner();
+    assert!(replies.next().await.is_some_and(|reply| reply.is_ok()));
+    Ok(())
+}
+
+#[tokio::test]
+async fn each_permission_allows_exactly_its_rpcs() -> TestResult {
+    init_tracing();
+    let redis = TestRedis::start().await;
+    let tokens: Vec<(String, &str)> = ALL.iter().map(|p| (format!("only-{p}"), *p)).collect();
+    let grants: Vec<(&str, &str, &[&str])> = tokens
+        .iter()
+        .map(|(token, permission)| (token.as_str(), "shop", std::slice::from_ref(permission)))
+        .collect();
+    let (server, _) = server_with(&redis, &grants).await;
+    for (token, permission) in &tokens {
+        let (mut locks, mut queues) = clients(server.channel().await, Some(token));
+        for (rpc, needs) in RPCS {
+            let code = call(rpc, &mut locks, &mut queues).await;
+            if needs == *permission {
+                assert_eq!(code, Code::Ok, "{rpc} with {permission}");
+            } else {
+                assert_eq!(code, Code::PermissionDenied, "{rpc} with {permission}");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What the victim tenant holds on one name: a lock and a queue with a task in
+/// every state.
+struct Victim {
+    name: String,
+    lock_token: String,
+    fencing_token: u64,
+    receipt: String,
+}
+
+const STATES: [pb::TaskState; 4] = [
+    pb::TaskState::Ready,
+    pb::TaskState::Delayed,
+    pb::TaskState::InFlight,
+    pb::TaskState::Dead,
+];
+
+fn task(id: &str, payload: &str) -> pb::TaskSpec {
+    pb::TaskSpec {
+        id: id.into(),
+        payload: payload.as_bytes().to_vec().into(),
+        ..Default::default()
+    }
+}
+
+async fn enqueue(
+    queues: &mut Queues,
+    queue: &str,
+    tasks: Vec<pb::TaskSpec>,
+) -> Vec<pb::EnqueueResult> {
+    queues
+        .enqueue(pb::EnqueueRequest {
+            queue: queue.into(),
+            tasks,
+        })
+        .await
+        .expect("enqueue")
+        .into_inner()
+        .results
+}
+
+async fn lease_one(queues: &mut Queues, queue: &str) -> Vec<pb::Task> {
+    queues
+        .lease(pb::LeaseRequest {
+            queue: queue.into(),
+            max_tasks: 1,
+            visibility: ms(600_000),
+            ..Default::default()
+        })
+        .await
+        .expect("lease")
+        .into_inner()
+        .tasks
+}
+
+async fn stats(queues: &mut Queues, queue: &str) -> [u64; 4] {
+    let s = queues
+        .stats(pb::StatsRequest {
+            queue: queue.into(),
+        })
+        .await
+        .expect("stats")
+        .into_inner();
+    [s.ready, s.delayed, s.in_flight, s.dead]
+}
+
+/// The victim's lock and queue on `name`: the lock held, and one task DEAD, one IN_FLIGHT,
+/// one READY and one DELAYED (payload "victim").
+async fn victim_state(locks: &mut Locks, queues: &mut Queues, name: &str) -> Victim {
+    let won = locks
+        .acquire(pb::AcquireRequest {
+            name: name.into(),
+            owner: "victim".into(),
+            ttl: ms(600_000),
+            ..Default::default()
+        })
+        .await
+        .expect("acquire")
+        .into_inner();
+    assert!(won.acquired);
+    let mut dead = task("a", "victim");
+    dead.max_attempts = 1;
+    enqueue(queues, name, vec![dead]).await;
+    let leased = lease_one(queues, name).await;
+    queues
+        .nack(pb::NackRequest {
+            queue: name.into(),
+            receipt: leased[0].receipt.clone(),
+            delay: None,
+        })
+        .await
+        .expect("nack");
+    enqueue(queues, name, vec![task("b", "victim")]).await;
+    let in_flight = lease_one(queues, name).await;
+    let mut later = task("d", "victim");
+    later.schedule = Some(pb::task_spec::Schedule::Delay(prost_types::Duration {
+        seconds: 3600,
+        nanos: 0,
+    }));
+    enqueue(queues, name, vec![task("c", "victim"), later]).await;
+    assert_eq!(stats(queues, name).await, [1, 1, 1, 1], "{name}");
+    Victim {
+        name: name.into(),
+        lock_token: won.token,
+        fencing_token: won.fencing_token,
+        receipt: in_flight[0].receipt.clone(),
+    }
+}
+
+/// Every RPC of the attacker on `victim.name` in its own tenant: it sees nothing of
+/// the victim's, changes nothing of it, and gets a lock and queue of its own.
+async fn attack_every_rpc(locks: &mut Locks, queues: &mut Queues, victim: &Victim, who: &str) {
+    let name = victim.name.clone();
+    let at = format!("{who} on {name:?}");
+    let seen = locks
+        .describe(pb::DescribeRequest {
+            name: name.clone(),
+            token: victim.lock_token.clone(),
+        })
+        .await
+        .expect("describe")
+        .into_inner();
+    assert!(!seen.held && !seen.held_by_token, "Describe, {at}");
+    let released = locks
+        .release(pb::ReleaseRequest {
+            name: name.clone(),
+            token: victim.lock_token.clone(),
+        })
+        .await
+        .expect("release");
+    assert!(!released.into_inner().released, "Release, {at}");
+    let extended = locks
+        .extend(pb::ExtendRequest {
+            name: name.clone(),
+            token: victim.lock_token.clone(),
+            ttl: ms(1000),
+        })
+        .await
+        .expect("extend");
+    assert!(!extended.into_inner().extended, "Extend, {at}");
+    let freed = locks
+        .release_all(pb::ReleaseAllRequest {
+            owner: "victim".into(),
+        })
+        .await
+        .expect("release all");
+    assert!(freed.into_inner().released.is_empty(), "ReleaseAll, {at}");
+    // Its own lock of the same name: free, so taken at once.
+    let own = locks
+        .acquire(pb::AcquireRequest {
+            name: name.clone(),
+            owner: "victim".into(),
+            ttl: ms(60_000),
+            ..Default::default()
+        })
+        .await
+        .expect("acquire")
+        .into_inner();
+    assert!(own.acquired, "Acquire, {at}");
+    locks
+        .release(pb::ReleaseRequest {
+            name: name.clone(),
+            token: own.token,
+        })
+        .await
+        .expect("release own");
+    let mut hold = locks
+        .hold(pb::HoldRequest {
+            name: name.clone(),
+            owner: "victim".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("hold")
+        .into_inner();
+    let first = hold.next().await.expect("a hold message").expect("hold");
+    assert!(
+        matches!(first.event, Some(hold_response::Event::Acquired(_))),
+        "Hold, {at}: {first:?}"
+    );
+    drop(hold);
+
+    assert_eq!(stats(queues, &name).await, [0, 0, 0, 0], "Stats, {at}");
+    for state in STATES {
+        let peeked = queues
+            .peek(pb::PeekRequest {
+                queue: name.clone(),
+                state: state as i32,
+                limit: 0,
+            })
+            .await
+            .expect("peek");
+        assert!(peeked.into_inner().tasks.is_empty(), "Peek {state:?}, {at}");
+    }
+    assert!(lease_one(queues, &name).await.is_empty(), "Lease, {at}");
+    let acked = queues
+        .ack(pb::AckRequest {
+            queue: name.clone(),
+            receipts: vec![victim.receipt.clone()],
+        })
+        .await
+        .expect("ack");
+    assert_eq!(acked.into_inner().acked, [false], "Ack, {at}");
+    let nacked = queues
+        .nack(pb::NackRequest {
+            queue: name.clone(),
+            receipt: victim.receipt.clone(),
+            delay: None,
+        })
+        .await
+        .expect("nack")
+        .into_inner();
+    assert!(!nacked.requeued && !nacked.dead, "Nack, {at}");
+    let extended = queues
+        .extend_lease(pb::ExtendLeaseRequest {
+            queue: name.clone(),
+            receipt: victim.receipt.clone(),
+            visibility: ms(1000),
+        })
+        .await
+        .expect("extend lease");
+    assert!(!extended.into_inner().extended, "ExtendLease, {at}");
+    let cancelled = queues
+        .cancel(pb::CancelRequest {
+            queue: name.clone(),
+            ids: ["a", "b", "c", "d"].map(String::from).to_vec(),
+        })
+        .await
+        .expect("cancel");
+    assert!(cancelled.into_inner().cancelled.is_empty(), "Cancel, {at}");
+    let redriven = queues
+        .redrive(pb::RedriveRequest {
+            queue: name.clone(),
+            ids: vec![],
+        })
+        .await
+        .expect("redrive");
+    assert_eq!(redriven.into_inner().redriven, 0, "Redrive, {at}");
+    // Its own queue of the same name: the victim's ids are new here, and a stream
+    // delivers its own task, never one of the victim's (which are due earlier).
+    let created = enqueue(queues, &name, vec![task("c", "attacker")]).await;
+    assert!(created[0].created, "Enqueue, {at}");
+    let mut feed = queues
+        .subscribe(pb::SubscribeRequest {
+            queue: name.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("subscribe")
+        .into_inner();
+    let delivered = tokio::time::timeout(WAIT, async {
+        loop {
+            let message = feed.next().await.expect("a message").expect("subscribe");
+            if let Some(subscribe_response::Event::Task(task)) = message.event {
+                break task;
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("Subscribe, {at}: its own task never came"));
+    assert_eq!(&delivered.payload[..], b"attacker", "Subscribe, {at}");
+    drop(feed);
+    // Leave nothing behind for the next attacker of the same tenant.
+    queues
+        .cancel(pb::CancelRequest {
+            queue: name.clone(),
+            ids: vec!["c".into()],
+        })
+        .await
+        .expect("cancel own");
+}
+
+/// Names that spell parts of the victim's keys, or encodings of its name.
+const NAMES: [&str; 5] = ["x", "{x}", "%7Bx%7D", "t:shop:lock:{x}", ":"];
+/// Tenants next to "shop": prefixes, key-layout spellings, and the default tenant.
+const ATTACKERS: [&str; 6] = [
+    "rival",
+    "shop:lock",
+    "{shop}",
+    "shop%",
+    "default",
+    "shop:t:shop",
+];
+
+#[tokio::test]
+async fn no_rpc_of_one_tenant_can_read_or_change_another_tenants_locks_or_queues() -> TestResult {
+    init_tracing();
+    let redis = TestRedis::start().await;
+    let tokens: Vec<String> = ATTACKERS.iter().map(|t| format!("token-of-{t}")).collect();
+    let mut grants: Vec<(&str, &str, &[&str])> = vec![("token-of-shop", "shop", ALL)];
+    grants.extend(
+        tokens
+            .iter()
+            .zip(ATTACKERS)
+            .map(|(token, tenant)| (token.as_str(), tenant, ALL)),
+    );
+    let (server, _) = server_with(&redis, &grants).await;
+    let (mut locks, mut queues) = clients(server.channel().await, Some("token-of-shop"));
+    let mut victims = Vec::new();
+    for name in NAMES {
+        victims.push(victim_state(&mut locks, &mut queues, name).await);
+    }
+    for (token, tenant) in tokens.iter().zip(ATTACKERS) {
+        let (mut their_locks, mut their_queues) = clients(server.channel().await, Some(token));
+        for victim in &victims {
+            attack_every_rpc(&mut their_locks, &mut their_queues, victim, tenant).await;
+            // Every other name, with this victim's token and receipt.
+            for probe in NAMES.iter().chain(&["shop:lock:{x}", "lock:{x}", "t:shop"]) {
+                let seen = their_locks
+                    .describe(pb::DescribeRequest {
+                        name: probe.to_string(),
+                        token: victim.lock_token.clone(),
+                    })
+                    .await?
+                    .into_inner();
+                assert!(!seen.held_by_token, "{tenant} probing {probe:?}");
+                let acked = their_queues
+                    .ack(pb::AckRequest {
+                        queue: probe.to_string(),
+                        receipts: vec![victim.receipt.clone()],
+                    })
+                    .await?;
+                assert_eq!(
+                    acked.into_inner().acked,
+                    [false],
+                    "{tenant} probing {probe:?}"
+                );
+            }
+        }
+    }
+    // The victim's state is as it was, and still its own to use.
+    for victim in &victims {
+        let seen = locks
+            .describe(pb::DescribeRequest {
+                name: victim.name.clone(),
+                token: victim.lock_token.clone(),
+            })
+            .await?
+            .into_inner();
+        assert!(seen.held_by_token, "{}", victim.name);
+        assert_eq!(
+            seen.info.map(|i| i.fencing_token),
+            Some(victim.fencing_token)
+        );
+        assert_eq!(
+            stats(&mut queues, &victim.name).await,
+            [1, 1, 1, 1],
+            "{}",
+            victim.name
+        );
+        let acked = queues
+            .ack(pb::AckRequest {
+                queue: victim.name.clone(),
+                receipts: vec![victim.receipt.clone()],
+            })
+            .await?;
+        assert_eq!(acked.into_inner().acked, [true], "{}", victim.name);
+    }
+    Ok(())
+}
