@@ -661,3 +661,225 @@ async fn no_rpc_of_one_tenant_can_read_or_change_another_tenants_locks_or_queues
     }
     Ok(())
 }
+
+/// The real binary with an auth file, its stderr (JSON, debug level) kept line by line.
+struct LoggedServer {
+    child: std::process::Child,
+    addr: String,
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl LoggedServer {
+    fn start(redis: &TestRedis, auth_file: &std::path::Path) -> Self {
+        use std::io::BufRead;
+        let mut child = serve_command()
+            .args(["--log-format", "json", "--redis-url", &redis.url()])
+            .arg("--auth-file")
+            .arg(auth_file)
+            .env("TURNSTILE_LOG", "debug")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn turnstile");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = lines.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+                kept.lock().unwrap().push(line);
+            }
+        });
+        let mut server = Self {
+            child,
+            addr: String::new(),
+            lines,
+        };
+        let ready = server.wait_line("\"ready\"");
+        server.addr = json_field(&ready, "addr");
+        server
+    }
+
+    /// The first line (from the start) containing `text`, waiting up to 30 s.
+    fn wait_line(&self, text: &str) -> String {
+        let mut found = None;
+        eventually_blocking(&format!("a log line with {text}"), Duration::from_secs(30), || {
+            found = self.lines.lock().unwrap().iter().find(|l| l.contains(text)).cloned();
+            found.is_some()
+        });
+        found.expect("found")
+    }
+
+    fn count(&self, text: &str) -> usize {
+        self.lines.lock().unwrap().iter().filter(|l| l.contains(text)).count()
+    }
+
+    fn hangup(&self) {
+        // SAFETY: kill(2) on our own child's pid.
+        let sent = unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGHUP) };
+        assert_eq!(sent, 0, "SIGHUP");
+    }
+
+    async fn channel(&self) -> Channel {
+        Channel::from_shared(format!("http://{}", self.addr))
+            .unwrap()
+            .connect()
+            .await
+            .expect("connect")
+    }
+}
+
+impl Drop for LoggedServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+use std::time::Duration;
+
+#[tokio::test]
+async fn sighup_reloads_the_auth_file_ends_a_removed_tokens_streams_and_no_token_is_ever_logged(
+) -> TestResult {
+    init_tracing();
+    let redis = TestRedis::start().await;
+    let (kept, removed, unknown) = ("kept-7c1d2e", "removed-4f5a6b", "unknown-9e8d7c");
+    let path = redis.dir.0.join("auth.toml");
+    write_auth_file(&path, &[(kept, "shop", ALL), (removed, "shop", &["lock", "consume"])]);
+    let server = LoggedServer::start(&redis, &path);
+    let (mut locks, _) = clients(server.channel().await, Some(kept));
+    let (mut their_locks, mut their_queues) = clients(server.channel().await, Some(removed));
+
+    let mut hold = their_locks
+        .hold(pb::HoldRequest {
+            name: "leader".into(),
+            owner: "removed".into(),
+            ttl: ms(600_000),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    let first = hold.next().await.expect("a message")?;
+    assert!(matches!(first.event, Some(hold_response::Event::Acquired(_))));
+    let mut feed = their_queues
+        .subscribe(pb::SubscribeRequest {
+            queue: "jobs".into(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    let (mut strangers, _) = clients(server.channel().await, Some(unknown));
+    let refused = strangers
+        .describe(pb::DescribeRequest {
+            name: "leader".into(),
+            token: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::Unauthenticated);
+
+    // The token is removed: its open streams end, its next call fails, the lock its
+    // Hold kept is released.
+    write_auth_file(&path, &[(kept, "shop", ALL)]);
+    server.hangup();
+    server.wait_line("auth file reloaded");
+    let ended = tokio::time::timeout(WAIT, hold.next()).await?;
+    assert_eq!(ended.expect("an end").unwrap_err().code(), Code::Unauthenticated);
+    let ended = tokio::time::timeout(WAIT, async {
+        loop {
+            match feed.next().await {
+                Some(Ok(_heartbeat)) => continue,
+                other => return other,
+            }
+        }
+    })
+    .await?;
+    assert_eq!(ended.expect("an end").unwrap_err().code(), Code::Unauthenticated);
+    let refused = their_locks
+        .describe(pb::DescribeRequest {
+            name: "leader".into(),
+            token: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::Unauthenticated);
+    eventually("the revoked Hold's lock is released", WAIT, || {
+        let mut locks = locks.clone();
+        async move {
+            let seen = locks
+                .describe(pb::DescribeRequest {
+                    name: "leader".into(),
+                    token: String::new(),
+                })
+                .await
+                .expect("describe");
+            !seen.into_inner().held
+        }
+    })
+    .await;
+
+    // A broken file keeps the tokens in force and says why.
+    std::fs::write(&path, "[[token]]\nsha256 = \"not hex\"\n")?;
+    server.hangup();
+    let why = server.wait_line("auth file not reloaded");
+    assert!(why.contains("sha256") || why.contains("line"), "{why}");
+    locks
+        .describe(pb::DescribeRequest {
+            name: "leader".into(),
+            token: String::new(),
+        })
+        .await?;
+    assert_eq!(server.count("auth file reloaded"), 1);
+
+    for token in [kept, removed, unknown] {
+        assert_eq!(server.count(token), 0, "{token} appears in the log");
+    }
+    // The log did record the refusals (it is not silent), just not the tokens.
+    assert!(server.count("unknown bearer token") >= 1);
+    Ok(())
+}
+
+/// `turnstile serve` on `listen`, with extra arguments: its exit status and stderr
+/// if it stops, or `None` and stderr up to its ready line (then it is killed).
+fn serve_on(listen: &str, extra: &[&str]) -> (Option<std::process::ExitStatus>, String) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(BIN)
+        .args(["serve", "--listen", listen, "--metrics-listen", "127.0.0.1:0"])
+        .args(["--redis-url", "redis://127.0.0.1:1"])
+        .args(extra)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut text = String::new();
+    // Ends with the ready line, or when stderr closes because the process exited.
+    while let Ok(line) = rx.recv_timeout(Duration::from_secs(30)) {
+        text.push_str(&line);
+        text.push('\n');
+        if line.contains(" ready ") {
+            let _ = child.kill();
+            let _ = child.wait();
+            return (None, text);
+        }
+    }
+    (Some(child.wait().expect("wait")), text)
+}
+
+#[test]
+fn without_an_auth_file_serve_refuses_a_non_loopback_address_unless_told_it_is_insecure() {
+    let (status, stderr) = serve_on("0.0.0.0:0", &[]);
+    let status = status.expect("it stops at once");
+    assert!(!status.success());
+    assert!(stderr.contains("--auth-file") && stderr.contains("--insecure-no-auth"), "{stderr}");
+
+    let (status, stderr) = serve_on("0.0.0.0:0", &["--insecure-no-auth"]);
+    assert_eq!(status, None, "it serves: {stderr}");
+    assert!(stderr.contains("serving without --auth-file"), "{stderr}");
+    assert!(stderr.contains(" ready "), "{stderr}");
+}
