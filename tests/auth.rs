@@ -883,3 +883,140 @@ fn without_an_auth_file_serve_refuses_a_non_loopback_address_unless_told_it_is_i
     assert!(stderr.contains("serving without --auth-file"), "{stderr}");
     assert!(stderr.contains(" ready "), "{stderr}");
 }
+
+/// A CA made at test time, and certificates it (or a stranger CA) signed.
+struct Pki {
+    dir: TempDir,
+    ca_pem: String,
+}
+
+/// A certificate and its key, PEM.
+struct Issued {
+    cert: String,
+    key: String,
+}
+
+impl Pki {
+    fn new() -> (Self, rcgen::CertifiedIssuer<'static, rcgen::KeyPair>) {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "turnstile test CA");
+        let key = rcgen::KeyPair::generate().expect("key");
+        let ca = rcgen::CertifiedIssuer::self_signed(params, key).expect("ca");
+        let pki = Self {
+            dir: TempDir::new("pki"),
+            ca_pem: ca.pem(),
+        };
+        (pki, ca)
+    }
+
+    fn issue(ca: &rcgen::Issuer<'_, rcgen::KeyPair>, names: &[&str]) -> Issued {
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let params = rcgen::CertificateParams::new(names).expect("params");
+        let key = rcgen::KeyPair::generate().expect("key");
+        let cert = params.signed_by(&key, ca).expect("sign");
+        Issued {
+            cert: cert.pem(),
+            key: key.serialize_pem(),
+        }
+    }
+
+    fn write(&self, file: &str, text: &str) -> PathBuf {
+        let path = self.dir.0.join(file);
+        std::fs::write(&path, text).expect("write pem");
+        path
+    }
+}
+
+fn client_tls(ca_pem: &str, identity: Option<&Issued>) -> tonic::transport::ClientTlsConfig {
+    let mut tls = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(ca_pem))
+        .domain_name("localhost");
+    if let Some(id) = identity {
+        tls = tls.identity(tonic::transport::Identity::from_pem(&id.cert, &id.key));
+    }
+    tls
+}
+
+/// A call through `channel`, or the error that stopped it (at connect or at the call).
+async fn round_trip(
+    server: &TestServer,
+    tls: Option<tonic::transport::ClientTlsConfig>,
+) -> Result<(), String> {
+    let channel = server.try_channel(tls).await.map_err(|e| format!("{e:?}"))?;
+    let (mut locks, _) = clients(channel, None);
+    let won = locks
+        .acquire(pb::AcquireRequest {
+            name: "over-tls".into(),
+            owner: "o".into(),
+            ..Default::default()
+        })
+        .await
+        .map_err(|status| format!("{status:?}"))?
+        .into_inner();
+    locks
+        .release(pb::ReleaseRequest {
+            name: "over-tls".into(),
+            token: won.token,
+        })
+        .await
+        .map_err(|status| format!("{status:?}"))?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn tls_serves_a_real_round_trip_and_refuses_a_plaintext_client() -> TestResult {
+    init_tracing();
+    let redis = TestRedis::start().await;
+    let (pki, ca) = Pki::new();
+    let server_id = Pki::issue(&ca, &["localhost", "127.0.0.1"]);
+    let (cert, key) = (pki.write("server.pem", &server_id.cert), pki.write("server.key", &server_id.key));
+    let server = TestServer::start_tls(
+        &redis,
+        |config| {
+            config.tls_cert = Some(cert.clone());
+            config.tls_key = Some(key.clone());
+        },
+        Some(client_tls(&pki.ca_pem, None)),
+    )
+    .await;
+    round_trip(&server, Some(client_tls(&pki.ca_pem, None))).await?;
+    let plaintext = round_trip(&server, None).await;
+    assert!(plaintext.is_err(), "a plaintext client was served");
+    // A client that trusts another CA does not accept the server.
+    let (other, _) = Pki::new();
+    assert!(round_trip(&server, Some(client_tls(&other.ca_pem, None))).await.is_err());
+    Ok(())
+}
+
+#[tokio::test]
+async fn mtls_serves_only_clients_with_a_certificate_signed_by_the_client_ca() -> TestResult {
+    init_tracing();
+    let redis = TestRedis::start().await;
+    let (pki, ca) = Pki::new();
+    let server_id = Pki::issue(&ca, &["localhost"]);
+    let client_id = Pki::issue(&ca, &["worker-1"]);
+    let (stranger_pki, stranger_ca) = Pki::new();
+    let stranger_id = Pki::issue(&stranger_ca, &["worker-1"]);
+    drop(stranger_pki);
+    let (cert, key) = (pki.write("server.pem", &server_id.cert), pki.write("server.key", &server_id.key));
+    let client_ca = pki.write("clients-ca.pem", &pki.ca_pem);
+    let server = TestServer::start_tls(
+        &redis,
+        |config| {
+            config.tls_cert = Some(cert.clone());
+            config.tls_key = Some(key.clone());
+            config.tls_client_ca = Some(client_ca.clone());
+        },
+        Some(client_tls(&pki.ca_pem, Some(&client_id))),
+    )
+    .await;
+    round_trip(&server, Some(client_tls(&pki.ca_pem, Some(&client_id)))).await?;
+    let anonymous = round_trip(&server, Some(client_tls(&pki.ca_pem, None))).await;
+    assert!(anonymous.is_err(), "a client without a certificate was served");
+    let stranger = round_trip(&server, Some(client_tls(&pki.ca_pem, Some(&stranger_id)))).await;
+    assert!(stranger.is_err(), "a client certificate of another CA was accepted");
+    Ok(())
+}

@@ -16,7 +16,7 @@ use std::{
 };
 
 use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
-use tonic::transport::Channel;
+use tonic::transport::{Channel, ClientTlsConfig};
 use turnstile::{
     config::Config,
     pb::{lock_service_client::LockServiceClient, queue_service_client::QueueServiceClient},
@@ -194,6 +194,8 @@ pub struct TestServer {
     pub metrics: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<Result<(), String>>>,
+    /// How clients reach a TLS server; `None` for plaintext.
+    client_tls: Option<ClientTlsConfig>,
 }
 
 impl TestServer {
@@ -203,6 +205,15 @@ impl TestServer {
 
     /// With changed settings (heartbeat, limits, ...).
     pub async fn start_with(redis: &TestRedis, change: impl Fn(&mut Config)) -> Self {
+        Self::start_tls(redis, change, None).await
+    }
+
+    /// With changed settings that turn TLS on; clients connect with `client_tls`.
+    pub async fn start_tls(
+        redis: &TestRedis,
+        change: impl Fn(&mut Config),
+        client_tls: Option<ClientTlsConfig>,
+    ) -> Self {
         // The metrics port is picked free a moment before the server binds it: a start
         // that lost it to another process fails at once and is tried again.
         for _ in 0..5 {
@@ -222,6 +233,7 @@ impl TestServer {
                 metrics,
                 stop: Some(stop),
                 task: Some(task),
+                client_tls: client_tls.clone(),
             };
             if server.wait_ready().await {
                 return server;
@@ -287,11 +299,22 @@ impl TestServer {
     }
 
     pub async fn channel(&self) -> Channel {
-        Channel::from_shared(format!("http://{}", self.addr))
-            .unwrap()
-            .connect()
+        self.try_channel(self.client_tls.clone())
             .await
             .expect("connect")
+    }
+
+    /// A channel with `tls` (`None`: plaintext), or why it could not connect.
+    pub async fn try_channel(
+        &self,
+        tls: Option<ClientTlsConfig>,
+    ) -> Result<Channel, tonic::transport::Error> {
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let mut endpoint = Channel::from_shared(format!("{scheme}://{}", self.addr)).unwrap();
+        if let Some(tls) = tls {
+            endpoint = endpoint.tls_config(tls)?;
+        }
+        endpoint.connect().await
     }
 
     pub async fn locks(&self) -> LockServiceClient<Channel> {
