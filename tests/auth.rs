@@ -671,11 +671,16 @@ struct LoggedServer {
 
 impl LoggedServer {
     fn start(redis: &TestRedis, auth_file: &std::path::Path) -> Self {
+        let auth_file = auth_file.to_str().expect("utf-8 path");
+        Self::start_with(&redis.url(), &["--auth-file", auth_file])
+    }
+
+    /// On the Redis at `url`, with `extra` arguments.
+    fn start_with(url: &str, extra: &[&str]) -> Self {
         use std::io::BufRead;
         let mut child = serve_command()
-            .args(["--log-format", "json", "--redis-url", &redis.url()])
-            .arg("--auth-file")
-            .arg(auth_file)
+            .args(["--log-format", "json", "--redis-url", url])
+            .args(extra)
             .env("TURNSTILE_LOG", "debug")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
@@ -685,7 +690,10 @@ impl LoggedServer {
         let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let kept = lines.clone();
         std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
                 kept.lock().unwrap().push(line);
             }
         });
@@ -702,15 +710,30 @@ impl LoggedServer {
     /// The first line (from the start) containing `text`, waiting up to 30 s.
     fn wait_line(&self, text: &str) -> String {
         let mut found = None;
-        eventually_blocking(&format!("a log line with {text}"), Duration::from_secs(30), || {
-            found = self.lines.lock().unwrap().iter().find(|l| l.contains(text)).cloned();
-            found.is_some()
-        });
+        eventually_blocking(
+            &format!("a log line with {text}"),
+            Duration::from_secs(30),
+            || {
+                found = self
+                    .lines
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .find(|l| l.contains(text))
+                    .cloned();
+                found.is_some()
+            },
+        );
         found.expect("found")
     }
 
     fn count(&self, text: &str) -> usize {
-        self.lines.lock().unwrap().iter().filter(|l| l.contains(text)).count()
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains(text))
+            .count()
     }
 
     fn hangup(&self) {
@@ -744,7 +767,10 @@ async fn sighup_reloads_the_auth_file_ends_a_removed_tokens_streams_and_no_token
     let redis = TestRedis::start().await;
     let (kept, removed, unknown) = ("kept-7c1d2e", "removed-4f5a6b", "unknown-9e8d7c");
     let path = redis.dir.0.join("auth.toml");
-    write_auth_file(&path, &[(kept, "shop", ALL), (removed, "shop", &["lock", "consume"])]);
+    write_auth_file(
+        &path,
+        &[(kept, "shop", ALL), (removed, "shop", &["lock", "consume"])],
+    );
     let server = LoggedServer::start(&redis, &path);
     let (mut locks, _) = clients(server.channel().await, Some(kept));
     let (mut their_locks, mut their_queues) = clients(server.channel().await, Some(removed));
@@ -759,7 +785,10 @@ async fn sighup_reloads_the_auth_file_ends_a_removed_tokens_streams_and_no_token
         .await?
         .into_inner();
     let first = hold.next().await.expect("a message")?;
-    assert!(matches!(first.event, Some(hold_response::Event::Acquired(_))));
+    assert!(matches!(
+        first.event,
+        Some(hold_response::Event::Acquired(_))
+    ));
     let mut feed = their_queues
         .subscribe(pb::SubscribeRequest {
             queue: "jobs".into(),
@@ -783,7 +812,10 @@ async fn sighup_reloads_the_auth_file_ends_a_removed_tokens_streams_and_no_token
     server.hangup();
     server.wait_line("auth file reloaded");
     let ended = tokio::time::timeout(WAIT, hold.next()).await?;
-    assert_eq!(ended.expect("an end").unwrap_err().code(), Code::Unauthenticated);
+    assert_eq!(
+        ended.expect("an end").unwrap_err().code(),
+        Code::Unauthenticated
+    );
     let ended = tokio::time::timeout(WAIT, async {
         loop {
             match feed.next().await {
@@ -793,7 +825,10 @@ async fn sighup_reloads_the_auth_file_ends_a_removed_tokens_streams_and_no_token
         }
     })
     .await?;
-    assert_eq!(ended.expect("an end").unwrap_err().code(), Code::Unauthenticated);
+    assert_eq!(
+        ended.expect("an end").unwrap_err().code(),
+        Code::Unauthenticated
+    );
     let refused = their_locks
         .describe(pb::DescribeRequest {
             name: "leader".into(),
@@ -843,7 +878,13 @@ async fn sighup_reloads_the_auth_file_ends_a_removed_tokens_streams_and_no_token
 fn serve_on(listen: &str, extra: &[&str]) -> (Option<std::process::ExitStatus>, String) {
     use std::io::BufRead;
     let mut child = std::process::Command::new(BIN)
-        .args(["serve", "--listen", listen, "--metrics-listen", "127.0.0.1:0"])
+        .args([
+            "serve",
+            "--listen",
+            listen,
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
         .args(["--redis-url", "redis://127.0.0.1:1"])
         .args(extra)
         .stdout(std::process::Stdio::null())
@@ -853,7 +894,10 @@ fn serve_on(listen: &str, extra: &[&str]) -> (Option<std::process::ExitStatus>, 
     let stderr = child.stderr.take().expect("stderr");
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
             let _ = tx.send(line);
         }
     });
@@ -876,7 +920,10 @@ fn without_an_auth_file_serve_refuses_a_non_loopback_address_unless_told_it_is_i
     let (status, stderr) = serve_on("0.0.0.0:0", &[]);
     let status = status.expect("it stops at once");
     assert!(!status.success());
-    assert!(stderr.contains("--auth-file") && stderr.contains("--insecure-no-auth"), "{stderr}");
+    assert!(
+        stderr.contains("--auth-file") && stderr.contains("--insecure-no-auth"),
+        "{stderr}"
+    );
 
     let (status, stderr) = serve_on("0.0.0.0:0", &["--insecure-no-auth"]);
     assert_eq!(status, None, "it serves: {stderr}");
@@ -945,7 +992,10 @@ async fn round_trip(
     server: &TestServer,
     tls: Option<tonic::transport::ClientTlsConfig>,
 ) -> Result<(), String> {
-    let channel = server.try_channel(tls).await.map_err(|e| format!("{e:?}"))?;
+    let channel = server
+        .try_channel(tls)
+        .await
+        .map_err(|e| format!("{e:?}"))?;
     let (mut locks, _) = clients(channel, None);
     let won = locks
         .acquire(pb::AcquireRequest {
@@ -972,7 +1022,10 @@ async fn tls_serves_a_real_round_trip_and_refuses_a_plaintext_client() -> TestRe
     let redis = TestRedis::start().await;
     let (pki, ca) = Pki::new();
     let server_id = Pki::issue(&ca, &["localhost", "127.0.0.1"]);
-    let (cert, key) = (pki.write("server.pem", &server_id.cert), pki.write("server.key", &server_id.key));
+    let (cert, key) = (
+        pki.write("server.pem", &server_id.cert),
+        pki.write("server.key", &server_id.key),
+    );
     let server = TestServer::start_tls(
         &redis,
         |config| {
@@ -987,7 +1040,9 @@ async fn tls_serves_a_real_round_trip_and_refuses_a_plaintext_client() -> TestRe
     assert!(plaintext.is_err(), "a plaintext client was served");
     // A client that trusts another CA does not accept the server.
     let (other, _) = Pki::new();
-    assert!(round_trip(&server, Some(client_tls(&other.ca_pem, None))).await.is_err());
+    assert!(round_trip(&server, Some(client_tls(&other.ca_pem, None)))
+        .await
+        .is_err());
     Ok(())
 }
 
@@ -1001,7 +1056,10 @@ async fn mtls_serves_only_clients_with_a_certificate_signed_by_the_client_ca() -
     let (stranger_pki, stranger_ca) = Pki::new();
     let stranger_id = Pki::issue(&stranger_ca, &["worker-1"]);
     drop(stranger_pki);
-    let (cert, key) = (pki.write("server.pem", &server_id.cert), pki.write("server.key", &server_id.key));
+    let (cert, key) = (
+        pki.write("server.pem", &server_id.cert),
+        pki.write("server.key", &server_id.key),
+    );
     let client_ca = pki.write("clients-ca.pem", &pki.ca_pem);
     let server = TestServer::start_tls(
         &redis,
@@ -1015,8 +1073,130 @@ async fn mtls_serves_only_clients_with_a_certificate_signed_by_the_client_ca() -
     .await;
     round_trip(&server, Some(client_tls(&pki.ca_pem, Some(&client_id)))).await?;
     let anonymous = round_trip(&server, Some(client_tls(&pki.ca_pem, None))).await;
-    assert!(anonymous.is_err(), "a client without a certificate was served");
+    assert!(
+        anonymous.is_err(),
+        "a client without a certificate was served"
+    );
     let stranger = round_trip(&server, Some(client_tls(&pki.ca_pem, Some(&stranger_id)))).await;
-    assert!(stranger.is_err(), "a client certificate of another CA was accepted");
+    assert!(
+        stranger.is_err(),
+        "a client certificate of another CA was accepted"
+    );
+    Ok(())
+}
+
+/// A redis-server of its own speaking only TLS, whose only user is `app` with a
+/// password (the default user is off); killed on drop.
+struct TlsRedis {
+    child: std::process::Child,
+    port: u16,
+    _dir: TempDir,
+}
+
+impl TlsRedis {
+    fn start(pki: &Pki, identity: &Issued, password: &str) -> Self {
+        let dir = TempDir::new("tls-redis");
+        let port = turnstile::redis::embedded::free_port().expect("free port");
+        let (cert, key, ca) = (
+            pki.write("redis.pem", &identity.cert),
+            pki.write("redis.key", &identity.key),
+            pki.write("ca.pem", &pki.ca_pem),
+        );
+        let child = std::process::Command::new("redis-server")
+            .args([
+                "--port",
+                "0",
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .args(["--tls-port", &port.to_string(), "--tls-auth-clients", "no"])
+            .arg("--tls-cert-file")
+            .arg(cert)
+            .arg("--tls-key-file")
+            .arg(key)
+            .arg("--tls-ca-cert-file")
+            .arg(ca)
+            .arg("--dir")
+            .arg(&dir.0)
+            .args(["--user", "default", "off"])
+            .args([
+                "--user",
+                "app",
+                "on",
+                &format!(">{password}"),
+                "~*",
+                "&*",
+                "+@all",
+            ])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server");
+        Self {
+            child,
+            port,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for TlsRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn a_rediss_url_with_an_acl_user_works_and_its_password_is_never_logged() -> TestResult {
+    init_tracing();
+    let (pki, ca) = Pki::new();
+    let redis_id = Pki::issue(&ca, &["localhost"]);
+    let password = "s3cret-redis-pw";
+    let redis = TlsRedis::start(&pki, &redis_id, password);
+    let ca_path = pki.write("redis-ca.pem", &pki.ca_pem);
+    let url = format!("rediss://app:{password}@localhost:{}", redis.port);
+    let server = LoggedServer::start_with(&url, &["--redis-ca", ca_path.to_str().unwrap()]);
+    let channel = server.channel().await;
+    // Ready only once Redis answered, over TLS, as `app`.
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
+    eventually("the server reaches Redis over TLS", WAIT, || {
+        let mut health = health.clone();
+        async move {
+            let request = tonic_health::pb::HealthCheckRequest {
+                service: String::new(),
+            };
+            health.check(request).await.is_ok_and(|reply| {
+                reply.into_inner().status
+                    == tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+            })
+        }
+    })
+    .await;
+    let (mut locks, mut queues) = clients(channel, None);
+    let won = locks
+        .acquire(pb::AcquireRequest {
+            name: "via-rediss".into(),
+            owner: "o".into(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    assert!(won.acquired);
+    enqueue(&mut queues, "via-rediss", vec![task("t", "p")]).await;
+    assert_eq!(lease_one(&mut queues, "via-rediss").await.len(), 1);
+    health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        })
+        .await?;
+    assert_eq!(
+        server.count(password),
+        0,
+        "the Redis password appears in the log"
+    );
     Ok(())
 }
