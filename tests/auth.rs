@@ -1200,3 +1200,46 @@ async fn a_rediss_url_with_an_acl_user_works_and_its_password_is_never_logged() 
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn concurrent_acks_of_two_tenants_on_one_queue_name_each_reach_their_own_queue() -> TestResult
+{
+    init_tracing();
+    let redis = TestRedis::start().await;
+    let (server, _) = server_with(&redis, &[("token-a", "a", ALL), ("token-b", "b", ALL)]).await;
+    let mut receipts = Vec::new();
+    for token in ["token-a", "token-b"] {
+        let (_, mut queues) = clients(server.channel().await, Some(token));
+        let tasks = (0..50).map(|i| task(&format!("t{i}"), token)).collect();
+        enqueue(&mut queues, "shared", tasks).await;
+        let leased = queues
+            .lease(pb::LeaseRequest {
+                queue: "shared".into(),
+                max_tasks: 50,
+                visibility: ms(600_000),
+                ..Default::default()
+            })
+            .await?
+            .into_inner()
+            .tasks;
+        receipts.extend(leased.into_iter().map(|t| (queues.clone(), t.receipt)));
+    }
+    // Acks on one queue name share a script run when they overlap: they must share it
+    // only within a tenant.
+    let mut acks = tokio::task::JoinSet::new();
+    for (mut queues, receipt) in receipts {
+        acks.spawn(async move {
+            queues
+                .ack(pb::AckRequest {
+                    queue: "shared".into(),
+                    receipts: vec![receipt],
+                })
+                .await
+                .map(|reply| reply.into_inner().acked)
+        });
+    }
+    while let Some(acked) = acks.join_next().await {
+        assert_eq!(acked??, [true]);
+    }
+    Ok(())
+}

@@ -79,9 +79,10 @@ impl LockStore {
     /// This store, for `tenant`'s locks only: every key it builds is in that
     /// tenant's key space. Cheap (a few reference counts).
     pub fn tenant(&self, tenant: &Tenant) -> Self {
-        let mut store = self.clone();
-        store.redis.keys = self.redis.keys.tenant(tenant);
-        store
+        Self {
+            redis: self.redis.tenant(tenant),
+            ..self.clone()
+        }
     }
 
     /// The pattern of every tenant's lock-released channel, and the sink waking this

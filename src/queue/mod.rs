@@ -92,9 +92,10 @@ impl QueueStore {
     /// This store, for `tenant`'s queues only: every key and channel it builds is in
     /// that tenant's key space. Cheap (a few reference counts).
     pub fn tenant(&self, tenant: &Tenant) -> Self {
-        let mut store = self.clone();
-        store.redis.keys = self.redis.keys.tenant(tenant);
-        store
+        Self {
+            redis: self.redis.tenant(tenant),
+            ..self.clone()
+        }
     }
 
     /// The pattern of every tenant's queue-changed channel, and where its messages

@@ -168,6 +168,13 @@ impl Redis {
         })
     }
 
+    /// The same connections, building `tenant`'s keys.
+    pub fn tenant(&self, tenant: &crate::auth::Tenant) -> Self {
+        let mut redis = self.clone();
+        redis.keys = self.keys.tenant(tenant);
+        redis
+    }
+
     /// Where this handle connects to.
     pub fn connection_info(&self) -> &redis::ConnectionInfo {
         &self.info
