@@ -84,6 +84,29 @@ pub struct Config {
     #[arg(long, env = "TURNSTILE_MAX_CONNECTIONS", default_value_t = crate::connections::DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
 
+    /// Send GOAWAY to a connection this old, so its client's next calls open a new
+    /// connection (and a load balancer or mesh can pick another replica); its open
+    /// streams end with UNAVAILABLE after --max-connection-age-grace more (a Hold keeps
+    /// its lease for re-attach by token; a Subscribe with a worker_id keeps its tasks
+    /// for --reattach-grace). 0: connections never age out.
+    #[arg(long, env = "TURNSTILE_MAX_CONNECTION_AGE", default_value = "0", value_parser = parse_duration)]
+    pub max_connection_age: Duration,
+
+    /// How long an aged-out connection's streams and calls may go on after its GOAWAY;
+    /// then the streams end and the connection is closed.
+    #[arg(long, env = "TURNSTILE_MAX_CONNECTION_AGE_GRACE", default_value = "30s", value_parser = parse_duration)]
+    pub max_connection_age_grace: Duration,
+
+    /// Ping a client connection after this long without a frame from it, so a client
+    /// that vanished without closing (a cut network, a dead host) is noticed and its
+    /// Hold released. 0: no pings.
+    #[arg(long, env = "TURNSTILE_KEEPALIVE_INTERVAL", default_value = "60s", value_parser = parse_duration)]
+    pub keepalive_interval: Duration,
+
+    /// Close a connection whose ping is not answered within this.
+    #[arg(long, env = "TURNSTILE_KEEPALIVE_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
+    pub keepalive_timeout: Duration,
+
     /// Bearer tokens (TOML: the SHA-256 of each token, its tenant and permissions),
     /// re-read on SIGHUP. Unset: every caller is the tenant `default` with every
     /// permission, which is allowed only on a loopback --listen address.
@@ -136,6 +159,14 @@ impl Config {
 }
 
 impl Config {
+    /// When connections age out, if they do.
+    pub fn connection_age(&self) -> Option<ConnectionAge> {
+        (!self.max_connection_age.is_zero()).then_some(ConnectionAge {
+            age: self.max_connection_age,
+            grace: self.max_connection_age_grace,
+        })
+    }
+
     /// Refuses to serve everyone on a reachable address by accident: without an auth
     /// file, --listen must be a loopback address unless --insecure-no-auth says so.
     pub fn check_exposure(&self) -> Result<(), String> {
@@ -155,6 +186,15 @@ impl Config {
             self.listen
         ))
     }
+}
+
+/// `--max-connection-age` and its grace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectionAge {
+    /// GOAWAY after this.
+    pub age: Duration,
+    /// Streams end, and the connection closes, this much later.
+    pub grace: Duration,
 }
 
 /// Parses `--max-message-size`: bytes, from 1 KiB (a smaller ceiling would refuse
@@ -229,6 +269,10 @@ mod tests {
         assert_eq!(config.max_waiters, 100_000);
         assert_eq!(config.auth_file, None);
         assert!(!config.insecure_no_auth);
+        assert_eq!(config.max_connection_age, Duration::ZERO);
+        assert_eq!(config.max_connection_age_grace, Duration::from_secs(30));
+        assert_eq!(config.keepalive_interval, Duration::from_secs(60));
+        assert_eq!(config.keepalive_timeout, Duration::from_secs(20));
     }
 
     #[test]

@@ -3,8 +3,16 @@
 //! UNAVAILABLE at once (and may try another replica) instead of hanging in the listen
 //! backlog, and a flood of connections costs a bounded amount of memory (each open
 //! HTTP/2 connection holds its buffers and window state).
+//!
+//! With `--max-connection-age`, each connection also knows when it retires: tonic
+//! sends its GOAWAY at the age; the streams on it end themselves at age + grace
+//! ([`retires_at`], read by `rpc::stream`), and the connection is closed here a moment
+//! later whatever is still running on it (a long `wait`), as grpc-go's
+//! MaxConnectionAgeGrace does. tonic's own grace never sends the GOAWAY (it sleeps age
+//! + grace, then drops the connection), so only the age is given to tonic.
 
 use std::{
+    future::Future,
     io,
     pin::Pin,
     sync::{
@@ -18,8 +26,16 @@ use tokio::{
     io::{AsyncRead, AsyncWrite, ReadBuf},
     net::{TcpListener, TcpStream},
     sync::{OwnedSemaphorePermit, Semaphore},
+    time::{Instant, Sleep},
 };
 use tokio_stream::{Stream, StreamExt};
+use tonic::transport::server::{Connected, TcpConnectInfo, TlsConnectInfo};
+
+use crate::config::ConnectionAge;
+
+/// How long after its streams were ended an aged-out connection is closed: time for
+/// their last messages and trailers to reach the client.
+const CLOSE_AFTER_RETIRE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The default of `--max-connections`.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
@@ -55,18 +71,29 @@ impl ConnectionLimit {
     }
 
     /// The connections `listener` accepts, with Nagle's algorithm off (see
-    /// [`crate::server::incoming`]); those past the ceiling are dropped (closed) here.
-    pub fn accept(self, listener: TcpListener) -> impl Stream<Item = io::Result<Connection>> {
+    /// [`crate::server::incoming`]), each retiring at `age` if given; those past the
+    /// ceiling are dropped (closed) here.
+    pub fn accept(
+        self,
+        listener: TcpListener,
+        age: Option<ConnectionAge>,
+    ) -> impl Stream<Item = io::Result<Connection>> {
         crate::server::incoming(listener).filter_map(move |accepted| {
             let stream = match accepted {
                 Ok(stream) => stream,
                 Err(err) => return Some(Err(err)),
             };
             match self.open.clone().try_acquire_owned() {
-                Ok(permit) => Some(Ok(Connection {
-                    stream,
-                    _permit: permit,
-                })),
+                Ok(permit) => {
+                    let retires_at = age.map(|age| Instant::now() + age.age + age.grace);
+                    Some(Ok(Connection {
+                        stream,
+                        _permit: permit,
+                        retires_at,
+                        closes: retires_at
+                            .map(|at| Box::pin(tokio::time::sleep_until(at + CLOSE_AFTER_RETIRE))),
+                    }))
+                }
                 Err(_) => {
                     self.refused.fetch_add(1, Ordering::Relaxed);
                     tracing::debug!(
@@ -85,14 +112,42 @@ pub struct Connection {
     stream: TcpStream,
     /// Returned to the ceiling when the connection closes.
     _permit: OwnedSemaphorePermit,
+    /// When its streams end (`--max-connection-age` + grace), if it ages out.
+    retires_at: Option<Instant>,
+    /// Fires a moment after `retires_at`: reads then fail, which closes it.
+    closes: Option<Pin<Box<Sleep>>>,
 }
 
-impl tonic::transport::server::Connected for Connection {
-    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+/// What a request learns about its connection (tonic puts it in the extensions).
+#[derive(Clone, Debug)]
+pub struct Peer {
+    /// The addresses.
+    pub tcp: TcpConnectInfo,
+    /// When the connection's streams must end, if it ages out.
+    pub retires_at: Option<Instant>,
+}
+
+impl Connected for Connection {
+    type ConnectInfo = Peer;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.stream.connect_info()
+        Peer {
+            tcp: self.stream.connect_info(),
+            retires_at: self.retires_at,
+        }
     }
+}
+
+/// When the connection a request came on retires, if it ages out (plain or TLS).
+pub fn retires_at(extensions: &tonic::Extensions) -> Option<Instant> {
+    extensions
+        .get::<Peer>()
+        .or_else(|| {
+            extensions
+                .get::<TlsConnectInfo<Peer>>()
+                .map(|tls| tls.get_ref())
+        })
+        .and_then(|peer| peer.retires_at)
 }
 
 impl AsyncRead for Connection {
@@ -101,6 +156,14 @@ impl AsyncRead for Connection {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
+        if let Some(closes) = self.closes.as_mut() {
+            if closes.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the connection reached --max-connection-age and its grace",
+                )));
+            }
+        }
         Pin::new(&mut self.stream).poll_read(cx, buf)
     }
 }

@@ -21,6 +21,8 @@ pub enum Error {
     Unavailable(String),
     /// The server is shutting down; reconnect elsewhere.
     ShuttingDown,
+    /// The stream's connection reached `--max-connection-age` and its grace; reconnect.
+    ConnectionRetired,
     /// The caller's deadline passed while the call was waiting.
     DeadlineExceeded,
     /// A configured limit (`--max-streams`, `--max-waiters`) is reached.
@@ -52,6 +54,9 @@ impl fmt::Display for Error {
             Error::InvalidArgument { field, reason } => write!(f, "{field}: {reason}"),
             Error::Unavailable(why) => write!(f, "redis unavailable: {why}"),
             Error::ShuttingDown => f.write_str("server is shutting down"),
+            Error::ConnectionRetired => {
+                f.write_str("the connection reached --max-connection-age; reconnect")
+            }
             Error::DeadlineExceeded => f.write_str("deadline exceeded while waiting"),
             Error::ResourceExhausted(what) => f.write_str(what),
             Error::Unauthenticated(why) | Error::PermissionDenied(why) => f.write_str(why),
@@ -66,7 +71,9 @@ impl From<Error> for Status {
     fn from(err: Error) -> Self {
         let code = match &err {
             Error::InvalidArgument { .. } => Code::InvalidArgument,
-            Error::Unavailable(_) | Error::ShuttingDown => Code::Unavailable,
+            Error::Unavailable(_) | Error::ShuttingDown | Error::ConnectionRetired => {
+                Code::Unavailable
+            }
             Error::DeadlineExceeded => Code::DeadlineExceeded,
             Error::ResourceExhausted(_) => Code::ResourceExhausted,
             Error::Unauthenticated(_) => Code::Unauthenticated,

@@ -6,7 +6,8 @@
 //! - [`config`]: flags and `TURNSTILE_*` environment variables into one `Config`.
 //! - [`server`]: `run(config, listener, shutdown)` wires Redis, services, health and
 //!   reflection together; `main` and the tests both call it.
-//! - [`rpc`]: the one path every RPC takes (span, deadline, error logging, heartbeats).
+//! - [`rpc`]: the one path every RPC takes (span, deadline, error logging, heartbeats);
+//!   [`traceparent`]: the caller's W3C trace id on that span.
 //! - [`redis`]: the connections, keys, scripts, reply decoding, group commit, the
 //!   embedded `redis-server` and pub/sub wake-ups.
 //! - [`lock`]: `LockStore` (the domain) and `LockApi` (the gRPC adapter), plus `Hold`.
@@ -14,7 +15,7 @@
 //!   Subscribe `scheduler`.
 //! - [`tls`]: the gRPC server's TLS and mTLS, and the CA for `rediss://`.
 //! - [`wire`] (the codec, the request size ceiling) and [`connections`] (the
-//!   connection ceiling): what a request meets before any handler.
+//!   connection ceiling and age): what a request meets before any handler.
 //! - [`auth`]: bearer tokens, tenants and permissions, checked before any handler.
 //! - [`error`], [`validate`], [`deadline`], [`heartbeat`], [`limits`], [`shutdown`],
 //!   [`token`], [`time`], [`health`], [`metrics`]: the pieces every RPC shares.
@@ -38,5 +39,6 @@ pub mod shutdown;
 pub mod time;
 pub mod tls;
 pub mod token;
+pub mod traceparent;
 pub mod validate;
 pub mod wire;

@@ -15,9 +15,10 @@ use tracing::{field::Empty, Instrument};
 
 use crate::{
     auth::{guard::Revocable, Caller, Tenant},
-    deadline,
+    connections, deadline,
     error::{Error, Result},
     heartbeat::{Beat, Heartbeats},
+    traceparent,
 };
 
 /// What a handler knows about its call besides the request message.
@@ -27,6 +28,9 @@ pub struct Call {
     pub deadline: Option<Instant>,
     /// The caller's tenant: every store call of the handler is scoped to it.
     pub tenant: Tenant,
+    /// When the call's connection ages out (`--max-connection-age` + grace): a stream
+    /// ends then with UNAVAILABLE, as if the server shut down.
+    pub retires_at: Option<Instant>,
 }
 
 impl Call {
@@ -41,6 +45,7 @@ impl Call {
         let call = Call {
             deadline: deadline::from_metadata(request.metadata()),
             tenant: caller.tenant.clone(),
+            retires_at: connections::retires_at(request.extensions()),
         };
         Ok((call, caller))
     }
@@ -66,15 +71,23 @@ pub trait Heartbeat {
     fn heartbeat() -> Self;
 }
 
-fn span(method: &'static str) -> tracing::Span {
-    tracing::debug_span!(
+/// The RPC's span; a caller's W3C `traceparent` joins it as `trace_id`/`parent_id`.
+fn span(method: &'static str, metadata: &tonic::metadata::MetadataMap) -> tracing::Span {
+    let span = tracing::debug_span!(
         "rpc",
         method,
         lock = Empty,
         queue = Empty,
         owner = Empty,
-        count = Empty
-    )
+        count = Empty,
+        trace_id = Empty,
+        parent_id = Empty
+    );
+    if let Some(parent) = traceparent::from_metadata(metadata) {
+        span.record("trace_id", parent.trace_id);
+        span.record("parent_id", parent.parent_id);
+    }
+    span
 }
 
 /// Serves one unary RPC: `handle` validates, calls the store and converts.
@@ -87,21 +100,30 @@ pub async fn unary<Req, Resp, Fut>(
 where
     Fut: Future<Output = Result<Resp>>,
 {
+    let span = span(method, request.metadata());
     async move {
         let result = match Call::of(&request) {
             Ok((call, _)) => {
-                let deadline = call.deadline;
+                let (deadline, retires_at) = (call.deadline, call.retires_at);
                 let work = handle(call, request.into_inner());
                 match bound {
                     Bound::Race => deadline::within(deadline, work).await,
-                    Bound::Own => work.await,
+                    // A waiting call on a connection that ages out ends with it, as a
+                    // stream does (dropped: what it won is given back).
+                    Bound::Own => match retires_at {
+                        Some(at) => tokio::select! {
+                            result = work => result,
+                            () = tokio::time::sleep_until(at) => Err(Error::ConnectionRetired),
+                        },
+                        None => work.await,
+                    },
                 }
             }
             Err(err) => Err(err),
         };
         result.map(Response::new).map_err(status)
     }
-    .instrument(span(method))
+    .instrument(span)
     .await
 }
 
@@ -118,12 +140,22 @@ where
     Resp: Heartbeat + Send + 'static,
     S: Stream<Item = Result<Resp>> + Send + 'static,
 {
-    let span = span(method);
+    let span = span(method, request.metadata());
     let started = span.in_scope(|| {
         let (call, caller) = Call::of(&request)?;
+        let retires_at = call.retires_at;
         let messages = handle(call, request.into_inner())?;
-        // A revoked token ends the stream (and drops it, as a client's cancel would).
-        Ok(Revocable::new(messages, caller))
+        // A revoked token ends the stream (and drops it, as a client's cancel would);
+        // so does the connection's retirement, with UNAVAILABLE (the handler sees
+        // `Call::retires_at` too, to tell that end from a cancel).
+        let retired = async move {
+            match retires_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+            Error::ConnectionRetired
+        };
+        Ok(Revocable::until(Revocable::new(messages, caller), retired))
     });
     let messages = started.map_err(|err| span.in_scope(|| status(err)))?;
     let stream = Heartbeats::new(Box::pin(messages), heartbeat).map(move |item| match item {

@@ -231,7 +231,15 @@ async fn serve(
             shutdown.trigger();
         }
     };
-    let mut builder = Server::builder();
+    let mut builder = Server::builder()
+        .http2_keepalive_interval(
+            (!config.keepalive_interval.is_zero()).then_some(config.keepalive_interval),
+        )
+        .http2_keepalive_timeout(Some(config.keepalive_timeout));
+    if let Some(age) = config.connection_age() {
+        // Only the age: the grace is ours (see `connections.rs`).
+        builder = builder.max_connection_age(age.age);
+    }
     if let Some(tls) = tls {
         builder = builder
             .tls_config(tls)
@@ -251,7 +259,10 @@ async fn serve(
                 .max_decoding_message_size(config.max_message_size),
             auth,
         )))
-        .serve_with_incoming_shutdown(connections.accept(listener), draining)
+        .serve_with_incoming_shutdown(
+            connections.accept(listener, config.connection_age()),
+            draining,
+        )
         .await
         .map_err(|err| format!("server failed: {err}"))
 }

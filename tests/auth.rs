@@ -662,102 +662,6 @@ async fn no_rpc_of_one_tenant_can_read_or_change_another_tenants_locks_or_queues
     Ok(())
 }
 
-/// The real binary with an auth file, its stderr (JSON, debug level) kept line by line.
-struct LoggedServer {
-    child: std::process::Child,
-    addr: String,
-    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
-}
-
-impl LoggedServer {
-    fn start(redis: &TestRedis, auth_file: &std::path::Path) -> Self {
-        let auth_file = auth_file.to_str().expect("utf-8 path");
-        Self::start_with(&redis.url(), &["--auth-file", auth_file])
-    }
-
-    /// On the Redis at `url`, with `extra` arguments.
-    fn start_with(url: &str, extra: &[&str]) -> Self {
-        use std::io::BufRead;
-        let mut child = serve_command()
-            .args(["--log-format", "json", "--redis-url", url])
-            .args(extra)
-            .env("TURNSTILE_LOG", "debug")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("spawn turnstile");
-        let stderr = child.stderr.take().expect("piped stderr");
-        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let kept = lines.clone();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stderr)
-                .lines()
-                .map_while(Result::ok)
-            {
-                kept.lock().unwrap().push(line);
-            }
-        });
-        let mut server = Self {
-            child,
-            addr: String::new(),
-            lines,
-        };
-        let ready = server.wait_line("\"ready\"");
-        server.addr = json_field(&ready, "addr");
-        server
-    }
-
-    /// The first line (from the start) containing `text`, waiting up to 30 s.
-    fn wait_line(&self, text: &str) -> String {
-        let mut found = None;
-        eventually_blocking(
-            &format!("a log line with {text}"),
-            Duration::from_secs(30),
-            || {
-                found = self
-                    .lines
-                    .lock()
-                    .unwrap()
-                    .iter()
-                    .find(|l| l.contains(text))
-                    .cloned();
-                found.is_some()
-            },
-        );
-        found.expect("found")
-    }
-
-    fn count(&self, text: &str) -> usize {
-        self.lines
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|l| l.contains(text))
-            .count()
-    }
-
-    fn hangup(&self) {
-        // SAFETY: kill(2) on our own child's pid.
-        let sent = unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGHUP) };
-        assert_eq!(sent, 0, "SIGHUP");
-    }
-
-    async fn channel(&self) -> Channel {
-        Channel::from_shared(format!("http://{}", self.addr))
-            .unwrap()
-            .connect()
-            .await
-            .expect("connect")
-    }
-}
-
-impl Drop for LoggedServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 use std::time::Duration;
 
 #[tokio::test]
@@ -771,7 +675,7 @@ async fn sighup_reloads_the_auth_file_ends_a_removed_tokens_streams_and_no_token
         &path,
         &[(kept, "shop", ALL), (removed, "shop", &["lock", "consume"])],
     );
-    let server = LoggedServer::start(&redis, &path);
+    let server = LoggedServer::start(&redis, &["--auth-file", path.to_str().unwrap()]);
     let (mut locks, _) = clients(server.channel().await, Some(kept));
     let (mut their_locks, mut their_queues) = clients(server.channel().await, Some(removed));
 

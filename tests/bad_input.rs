@@ -201,6 +201,7 @@ async fn every_bad_field_of_every_rpc_is_invalid_argument_naming_it_before_redis
         owner: "o".into(),
         ttl: None,
         wait: None,
+        token: String::new(),
     };
     case!(
         locks.hold,
@@ -231,6 +232,7 @@ async fn every_bad_field_of_every_rpc_is_invalid_argument_naming_it_before_redis
         "wait",
         HoldRequest {
             wait: neg(),
+            token: String::new(),
             ..hold()
         }
     );

@@ -212,6 +212,7 @@ async fn everything_recovers_when_redis_is_killed_and_restarted_under_load() -> 
             owner: "carol".into(),
             ttl: ms(1_000),
             wait: None,
+            token: String::new(),
         })
         .await?
         .into_inner();

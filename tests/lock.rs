@@ -881,6 +881,7 @@ fn hold(name: &str, owner: &str, ttl_ms: i64, wait_ms: i64) -> HoldRequest {
         owner: owner.into(),
         ttl: ms(ttl_ms),
         wait: ms(wait_ms),
+        token: String::new(),
     }
 }
 
@@ -1028,34 +1029,275 @@ async fn hold_sends_lost_when_the_lock_is_taken_from_it() -> TestResult {
     Ok(())
 }
 
+/// A Hold request that re-attaches to the lease `token` holds.
+fn reattach(name: &str, token: &str, ttl_ms: i64) -> HoldRequest {
+    HoldRequest {
+        token: token.into(),
+        ..hold(name, "alice", ttl_ms, 0)
+    }
+}
+
+/// The stream's next message until it ends with an error status.
+async fn end_status(stream: &mut tonic::Streaming<turnstile::pb::HoldResponse>) -> tonic::Status {
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), stream.next())
+            .await
+            .expect("the stream ends within 10 s")
+        {
+            Some(Ok(_)) => continue,
+            Some(Err(status)) => return status,
+            None => panic!("the stream ended OK, not with a status"),
+        }
+    }
+}
+
+/// Re-attaches with `token` and checks the lease continues: the same token and
+/// fencing token, then a renewal.
+async fn reattaches(
+    locks: &mut LockServiceClient<tonic::transport::Channel>,
+    name: &str,
+    acquired: &turnstile::pb::hold_response::Acquired,
+    ttl_ms: i64,
+) -> Result<tonic::Streaming<turnstile::pb::HoldResponse>, tonic::Status> {
+    let mut stream = locks
+        .hold(reattach(name, &acquired.token, ttl_ms))
+        .await?
+        .into_inner();
+    match next_event(&mut stream).await {
+        Some(Event::Acquired(again)) => {
+            assert_eq!(again.token, acquired.token);
+            assert_eq!(again.fencing_token, acquired.fencing_token);
+        }
+        other => panic!("expected Acquired on re-attach, got {other:?}"),
+    }
+    loop {
+        match next_event(&mut stream).await {
+            Some(Event::Heartbeat(_)) => continue,
+            Some(Event::Renewed(_)) => return Ok(stream),
+            other => panic!("expected Renewed after re-attach, got {other:?}"),
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shutdown_releases_held_locks_and_ends_streams_with_unavailable() -> TestResult {
+async fn shutdown_ends_hold_streams_with_unavailable_and_keeps_their_lease_for_a_reattach(
+) -> TestResult {
     let redis = TestRedis::start().await;
     let server = TestServer::start(&redis).await;
     let other = TestServer::start(&redis).await;
     let mut locks = server.locks().await;
     let mut stream = locks
-        .hold(hold("drain", "alice", 60_000, 0))
+        .hold(hold("drain", "alice", 3_000, 0))
+        .await?
+        .into_inner();
+    let Some(Event::Acquired(acquired)) = next_event(&mut stream).await else {
+        panic!("no Acquired")
+    };
+    let shutting = tokio::spawn(server.shutdown());
+    assert_eq!(end_status(&mut stream).await.code(), Code::Unavailable);
+    shutting.await??;
+    // The other replica finds the lease still held by the token, and the client
+    // continues it there: same token, same fencing token, renewed past its first ttl.
+    let mut survivor = other.locks().await;
+    let seen = survivor
+        .describe(describe("drain", &acquired.token))
+        .await?
+        .into_inner();
+    assert!(seen.held_by_token, "the lock was released by the shutdown");
+    let continued = reattaches(&mut survivor, "drain", &acquired, 3_000).await?;
+    // Closing the re-attached stream releases at once.
+    drop(continued);
+    eventually_free(&mut survivor, "drain").await?;
+    Ok(())
+}
+
+/// Waits (bounded) until `name` is free: a release, not an expiry, when the lease
+/// had seconds left.
+async fn eventually_free(
+    locks: &mut LockServiceClient<tonic::transport::Channel>,
+    name: &str,
+) -> TestResult {
+    let started = Instant::now();
+    while is_held(locks, name).await? {
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "not released when the stream closed"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_cut_by_connection_age_keeps_its_lease_and_reattaches_by_token() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start_with(&redis, |c| {
+        c.max_connection_age = Duration::from_millis(1_000);
+        c.max_connection_age_grace = Duration::from_millis(500);
+    })
+    .await;
+    let mut locks = server.locks().await;
+    let mut stream = locks
+        .hold(hold("aged", "alice", 10_000, 0))
+        .await?
+        .into_inner();
+    let Some(Event::Acquired(acquired)) = next_event(&mut stream).await else {
+        panic!("no Acquired")
+    };
+    let status = end_status(&mut stream).await;
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(
+        status.message().contains("--max-connection-age"),
+        "{status:?}"
+    );
+    // A fresh connection (the old one was told GOAWAY) re-attaches within the ttl,
+    // with a ttl that renews before this connection ages out in turn.
+    let mut again = server.locks().await;
+    let continued = reattaches(&mut again, "aged", &acquired, 900).await?;
+    drop(continued);
+    eventually_free(&mut again, "aged").await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aged_out_connection_is_closed_after_its_grace_even_with_a_call_waiting() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start_with(&redis, |c| {
+        c.max_connection_age = Duration::from_millis(200);
+        c.max_connection_age_grace = Duration::from_millis(200);
+    })
+    .await;
+    let mut locks = server.locks().await;
+    locks.acquire(acquire("busy", "alice", 60_000, 0)).await?;
+    let mut waiter = server.locks().await;
+    let started = Instant::now();
+    let waited = waiter
+        .acquire(acquire("busy", "bob", 10_000, 30_000))
+        .await
+        .expect_err("a wait cut by the connection's end");
+    assert_eq!(waited.code(), Code::Unavailable, "{waited:?}");
+    assert!(
+        waited.message().contains("--max-connection-age"),
+        "{waited:?}"
+    );
+    // Age + grace: well before the wait would have ended.
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    // The caller that gave up holds nothing: alice still does.
+    let seen = locks.describe(describe("busy", "")).await?.into_inner();
+    assert_eq!(seen.info.map(|i| i.owner).as_deref(), Some("alice"));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_hold_stream_can_neither_renew_nor_release_its_successors_lease() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    // The first stream's connection "was cut" but the server has not noticed: it is
+    // still open when the client re-attaches on another connection.
+    let mut first_client = server.locks().await;
+    let mut first = first_client
+        .hold(hold("moved", "alice", 900, 0))
+        .await?
+        .into_inner();
+    let Some(Event::Acquired(acquired)) = next_event(&mut first).await else {
+        panic!("no Acquired")
+    };
+    let mut second_client = server.locks().await;
+    let mut second = second_client
+        .hold(reattach("moved", &acquired.token, 900))
         .await?
         .into_inner();
     assert!(matches!(
-        next_event(&mut stream).await,
-        Some(Event::Acquired(_))
+        next_event(&mut second).await,
+        Some(Event::Acquired(again)) if again.fencing_token == acquired.fencing_token
     ));
-    let shutting = tokio::spawn(server.shutdown());
-    let status = loop {
-        match tokio::time::timeout(Duration::from_secs(5), stream.next()).await? {
-            Some(Ok(_)) => continue,
-            Some(Err(status)) => break status,
-            None => panic!("stream ended without UNAVAILABLE"),
+    // The old stream ends: its release must not free the lease it no longer owns.
+    drop(first);
+    server.wait_metric("turnstile_open_streams", 1.0).await;
+    let mut locks = server.locks().await;
+    let seen = locks
+        .describe(describe("moved", &acquired.token))
+        .await?
+        .into_inner();
+    assert!(seen.held_by_token, "the replaced stream released the lock");
+    // The successor keeps renewing past the 900 ms ttl.
+    for _ in 0..4 {
+        match next_event(&mut second).await {
+            Some(Event::Renewed(_)) | Some(Event::Heartbeat(_)) => {}
+            other => panic!("expected Renewed, got {other:?}"),
         }
+    }
+    assert!(is_held(&mut locks, "moved").await?);
+    drop(second);
+    eventually_free(&mut locks, "moved").await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_that_was_reattached_elsewhere_is_told_lost_on_its_next_renewal() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut locks = server.locks().await;
+    let mut first = locks
+        .hold(hold("taken-over", "alice", 600, 0))
+        .await?
+        .into_inner();
+    let Some(Event::Acquired(acquired)) = next_event(&mut first).await else {
+        panic!("no Acquired")
     };
-    assert_eq!(status.code(), Code::Unavailable);
-    shutting.await??;
-    let mut survivor = other.locks().await;
-    assert!(
-        !is_held(&mut survivor, "drain").await?,
-        "lock kept after shutdown"
+    let mut other = server.locks().await;
+    let _second = reattaches(&mut other, "taken-over", &acquired, 600).await?;
+    // Its next renewal (every 200 ms) is refused: a few messages at most.
+    for _ in 0..10 {
+        match next_event(&mut first).await {
+            Some(Event::Renewed(_)) | Some(Event::Heartbeat(_)) => continue,
+            Some(Event::Lost(lost)) => {
+                assert_eq!(lost.reason, "re-attached by another stream");
+                return Ok(());
+            }
+            other => panic!("expected Lost, got {other:?}"),
+        }
+    }
+    panic!("the replaced stream kept renewing")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reattach_with_a_token_that_no_longer_holds_sends_lost_and_ends_ok() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut locks = server.locks().await;
+    let won = locks
+        .acquire(acquire("gone", "alice", 60_000, 0))
+        .await?
+        .into_inner();
+    locks.release(release("gone", &won.token)).await?;
+    // Someone else holds it now: the old token must not take their lease over.
+    let bob = locks
+        .acquire(acquire("gone", "bob", 60_000, 0))
+        .await?
+        .into_inner();
+    let mut stream = locks
+        .hold(reattach("gone", &won.token, 5_000))
+        .await?
+        .into_inner();
+    match next_event(&mut stream).await {
+        Some(Event::Lost(lost)) => assert_eq!(lost.reason, "the token no longer holds the lock"),
+        other => panic!("expected Lost, got {other:?}"),
+    }
+    assert!(stream.next().await.is_none(), "the stream did not end OK");
+    let seen = locks
+        .describe(describe("gone", &bob.token))
+        .await?
+        .into_inner();
+    assert!(seen.held_by_token, "bob's lease was touched");
+    assert_eq!(
+        seen.info.map(|i| i.expires_at),
+        Some(bob.expires_at),
+        "bob's lease was extended by another token"
     );
     Ok(())
 }

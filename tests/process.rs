@@ -12,7 +12,8 @@ use std::{
 };
 
 use common::{
-    json_field, ms, ready_line, serve_command, ServerProcess, TempDir, TestRedis, TestResult, BIN,
+    json_field, ms, ready_line, serve_command, LoggedServer, ServerProcess, TempDir, TestRedis,
+    TestResult, BIN,
 };
 use tokio_stream::StreamExt;
 use turnstile::pb::{
@@ -70,6 +71,7 @@ async fn serve_starts_embedded_redis_logs_ready_and_drains_on_sigterm() -> TestR
         owner: "alice".into(),
         ttl: None,
         wait: None,
+        token: String::new(),
     };
     let mut stream = locks.hold(hold).await?.into_inner();
     let first = stream.next().await.expect("an event")?;
@@ -557,6 +559,7 @@ async fn settings_are_read_from_their_turnstile_environment_variables() -> TestR
         owner: "env".into(),
         ttl: ms(60_000),
         wait: None,
+        token: String::new(),
     };
     let mut stream = locks.hold(hold("e")).await?.into_inner();
     let acquired = stream.next().await.expect("an event")?;
@@ -654,5 +657,87 @@ async fn logs_are_coloured_only_at_a_terminal_and_never_with_no_color() -> TestR
             "NO_COLOR={no_color:?}: {line:?}"
         );
     }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_reattaches_by_token_on_another_replica_when_its_replica_is_sigtermed() -> TestResult
+{
+    let redis = TestRedis::start().await;
+    let mut leaving = LoggedServer::start(&redis, &[]);
+    let staying = LoggedServer::start(&redis, &[]);
+    let mut locks = leaving.locks().await;
+    let request = HoldRequest {
+        name: "leader".into(),
+        owner: "node-1".into(),
+        ttl: ms(3_000),
+        wait: None,
+        token: String::new(),
+    };
+    let mut stream = locks.hold(request.clone()).await?.into_inner();
+    let Some(Event::Acquired(acquired)) = stream.next().await.expect("an event")?.event else {
+        panic!("no Acquired")
+    };
+    leaving.signal(libc::SIGTERM);
+    let status = loop {
+        match tokio::time::timeout(Duration::from_secs(10), stream.next()).await? {
+            Some(Ok(_)) => continue,
+            Some(Err(status)) => break status,
+            None => panic!("the Hold stream ended without UNAVAILABLE"),
+        }
+    };
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert!(leaving.wait_exit().success());
+    // The client re-opens Hold on the other replica with its token: the same lease.
+    let mut elsewhere = staying.locks().await;
+    let mut again = elsewhere
+        .hold(HoldRequest {
+            token: acquired.token.clone(),
+            ..request
+        })
+        .await?
+        .into_inner();
+    match again.next().await.expect("an event")?.event {
+        Some(Event::Acquired(same)) => {
+            assert_eq!(same.token, acquired.token);
+            assert_eq!(same.fencing_token, acquired.fencing_token);
+        }
+        other => panic!("expected Acquired, got {other:?}"),
+    }
+    // And renews it there.
+    loop {
+        match tokio::time::timeout(Duration::from_secs(5), again.next())
+            .await?
+            .expect("an event")?
+            .event
+        {
+            Some(Event::Renewed(_)) => break,
+            Some(Event::Heartbeat(_)) => continue,
+            other => panic!("expected Renewed, got {other:?}"),
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_callers_traceparent_joins_the_rpc_span_in_the_log() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = LoggedServer::start(&redis, &[]);
+    let mut locks = server.locks().await;
+    let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let mut request = tonic::Request::new(turnstile::pb::DescribeRequest {
+        name: String::new(),
+        token: String::new(),
+    });
+    request.metadata_mut().insert(
+        "traceparent",
+        format!("00-{trace_id}-00f067aa0ba902b7-01").parse()?,
+    );
+    // An empty name is refused, and the refusal is logged (debug) inside the span.
+    let refused = locks.describe(request).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    let line = server.wait_line("rpc refused");
+    assert!(line.contains(trace_id), "{line}");
+    assert!(line.contains("00f067aa0ba902b7"), "{line}");
     Ok(())
 }

@@ -83,9 +83,14 @@ pub struct Revocable<S> {
 impl<S> Revocable<S> {
     /// `inner`, ended when `caller`'s token no longer lets it in.
     pub fn new(inner: S, caller: Caller) -> Self {
+        Self::until(inner, async move { caller.revoked().await })
+    }
+
+    /// `inner`, ended with the error `end` completes with (a connection's retirement).
+    pub fn until(inner: S, end: impl Future<Output = Error> + Send + 'static) -> Self {
         Self {
             inner: Some(Box::pin(inner)),
-            revoked: Box::pin(async move { caller.revoked().await }),
+            revoked: Box::pin(end),
         }
     }
 }

@@ -15,12 +15,12 @@
 -- retried owner + request_id), {0, owner, fencing, expires_at_ms} held by another.
 local got = redis.call('MGET', KEYS[1], KEYS[2])
 if got[1] then
-  local token, waited, fencing, expires_at, owner, request_id = unpack_lease(got[1])
+  local token, waited, fencing, expires_at, owner, request_id, attach = unpack_lease(got[1])
   if ARGV[4] ~= '' and owner == ARGV[2] and request_id == ARGV[4] then
     return {1, token, fencing, expires_at}
   end
   if ARGV[5] == '1' and waited == 0 then
-    redis.call('SET', KEYS[1], pack_lease(token, 1, fencing, expires_at, owner, request_id),
+    redis.call('SET', KEYS[1], pack_lease(token, 1, fencing, expires_at, owner, request_id, attach),
       'KEEPTTL')
   end
   return {0, owner, fencing, expires_at}

@@ -190,7 +190,14 @@ impl LockService for LockApi {
         request: Request<pb::HoldRequest>,
     ) -> Result<Response<Self::HoldStream>, Status> {
         rpc::stream("Hold", self.heartbeat, request, |call, r| {
-            let spec = acquire_spec(&r.name, &r.owner, r.ttl.as_ref(), r.wait.as_ref(), "")?;
+            let spec = hold::HoldSpec {
+                acquire: acquire_spec(&r.name, &r.owner, r.ttl.as_ref(), r.wait.as_ref(), "")?,
+                token: Some(validate::optional_token("token", &r.token)?)
+                    .filter(|token| !token.is_empty())
+                    .map(str::to_owned),
+                deadline: call.deadline,
+                retires_at: call.retires_at,
+            };
             if self.store.shutdown().is_triggered() {
                 return Err(Error::ShuttingDown);
             }
@@ -200,7 +207,7 @@ impl LockService for LockApi {
             self.store.shutdown().spawn(
                 async move {
                     let _permit = permit;
-                    hold::run(store, spec, call.deadline, tx).await;
+                    hold::run(store, spec, tx).await;
                 }
                 .in_current_span(),
             );

@@ -1,19 +1,27 @@
-//! The `Hold` stream's engine: acquire, then renew the lease every ttl/3 while the
-//! stream is open. The lock is released at once when the client goes away or the
-//! server shuts down; a lease that cannot be kept ends the stream with `Lost`. Domain
-//! events only: heartbeats are added by `rpc::stream`, and `api.rs` converts.
+//! The `Hold` stream's engine: acquire (or re-attach to a lease by its token), then
+//! renew the lease every ttl/3 while the stream is open. The lock is released at once
+//! when the client cancels; a stream that ends because the server shuts down or its
+//! connection retires (`--max-connection-age`) keeps the lease until its TTL, so that
+//! the client can re-attach by token on any replica. A lease that cannot be kept ends
+//! the stream with `Lost`. Domain events only: heartbeats are added by `rpc::stream`,
+//! and `api.rs` converts.
+//!
+//! Each stream renews and releases at its lease's attach generation (see
+//! `prelude.lua`): a re-attach moves the lease to the next one, so the stream it
+//! replaced, whose cut connection the server may notice only later, can neither renew
+//! nor release it.
 
 use std::time::Duration;
 
 use tokio::{sync::mpsc, time::Instant};
 
-use super::{AcquireSpec, Attempt, Lease, LockStore, Stop};
+use super::{AcquireSpec, Attempt, Lease, LockStore, Renewal, Stop};
 use crate::{error::Error, time::until_ms};
 
 /// One event of a Hold stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum HoldEvent {
-    /// The lock was taken.
+    /// The lock was taken (or re-attached to).
     Acquired(Lease),
     /// The lease was renewed until this instant (Unix ms).
     Renewed(i64),
@@ -24,14 +32,44 @@ pub enum HoldEvent {
 /// Sends the events of one Hold stream.
 pub type HoldSender = mpsc::Sender<Result<HoldEvent, Error>>;
 
+/// What one Hold stream asks for.
+#[derive(Clone, Debug)]
+pub struct HoldSpec {
+    /// The lock, owner, ttl and wait.
+    pub acquire: AcquireSpec,
+    /// Re-attach to the lease this token holds instead of acquiring.
+    pub token: Option<String>,
+    /// The caller's deadline, for the wait.
+    pub deadline: Option<Instant>,
+    /// When the stream's connection retires: a stream that ends after it keeps its lease.
+    pub retires_at: Option<Instant>,
+}
+
+/// A lease this stream holds, at its attach generation.
+struct Held {
+    lease: Lease,
+    generation: u64,
+}
+
 /// Runs one Hold stream to its end. Spawn it on the shutdown tracker.
-pub async fn run(store: LockStore, spec: AcquireSpec, deadline: Option<Instant>, tx: HoldSender) {
+pub async fn run(store: LockStore, spec: HoldSpec, tx: HoldSender) {
+    let held = match &spec.token {
+        Some(token) => reattach(&store, &spec.acquire, token, &tx).await,
+        None => acquire(&store, &spec, &tx).await,
+    };
+    if let Some(held) = held {
+        keep(&store, &spec, held, &tx).await;
+    }
+}
+
+/// Waits for the lock as `Acquire` does; `Some` once the client was told it holds it.
+async fn acquire(store: &LockStore, spec: &HoldSpec, tx: &HoldSender) -> Option<Held> {
     let stop = Stop {
-        deadline,
+        deadline: spec.deadline,
         cancel: store.shutdown().child_token(),
     };
     let attempt = {
-        let waiting = store.wait_for(&spec, &stop);
+        let waiting = store.wait_for(&spec.acquire, &stop);
         tokio::pin!(waiting);
         tokio::select! {
             attempt = &mut waiting => attempt,
@@ -47,11 +85,11 @@ pub async fn run(store: LockStore, spec: AcquireSpec, deadline: Option<Instant>,
         Ok(Attempt::Won(won)) => won,
         Ok(Attempt::Held(_)) => {
             let _ = tx.send(Ok(HoldEvent::Lost("not acquired"))).await;
-            return;
+            return None;
         }
         Err(err) => {
             let _ = tx.send(Err(err)).await;
-            return;
+            return None;
         }
     };
     if tx
@@ -60,50 +98,96 @@ pub async fn run(store: LockStore, spec: AcquireSpec, deadline: Option<Instant>,
         .is_err()
     {
         won.undo().await;
-        return;
+        return None;
     }
-    keep(&store, &spec, won.claim(), &tx).await;
+    Some(Held {
+        lease: won.claim(),
+        generation: 0,
+    })
 }
 
-/// Renews until the stream ends, then releases (unless the lease was lost).
-async fn keep(store: &LockStore, spec: &AcquireSpec, lease: Lease, tx: &HoldSender) {
-    let renew_every = (spec.ttl / 3).max(Duration::from_millis(1));
+/// Takes over the lease `token` holds (renewing it to a full ttl at once).
+async fn reattach(
+    store: &LockStore,
+    spec: &AcquireSpec,
+    token: &str,
+    tx: &HoldSender,
+) -> Option<Held> {
+    let held = match store.renew(&spec.name, token, spec.ttl, None, true).await {
+        Ok(Renewal::Renewed { lease, generation }) => Held { lease, generation },
+        Ok(Renewal::NotHeld | Renewal::TakenOver) => {
+            let _ = tx
+                .send(Ok(HoldEvent::Lost("the token no longer holds the lock")))
+                .await;
+            return None;
+        }
+        Err(err) => {
+            let _ = tx.send(Err(err)).await;
+            return None;
+        }
+    };
+    // A client gone before it heard of the re-attach may re-attach again: the lease
+    // stays until its ttl, as it would have without this stream.
+    tx.send(Ok(HoldEvent::Acquired(held.lease.clone())))
+        .await
+        .ok()?;
+    Some(held)
+}
+
+/// Renews until the stream ends, then releases unless the lease was lost or the end
+/// was the server's (shutdown, connection retired).
+async fn keep(store: &LockStore, spec: &HoldSpec, held: Held, tx: &HoldSender) {
+    let (name, ttl) = (&spec.acquire.name, spec.acquire.ttl);
+    let Held { lease, generation } = held;
+    let renew_every = (ttl / 3).max(Duration::from_millis(1));
     let mut expires_at_ms = lease.expires_at_ms;
     let mut next_renew = Instant::now() + renew_every;
     loop {
         tokio::select! {
-            () = tx.closed() => break,
+            () = tx.closed() => {
+                if spec.retires_at.is_some_and(|at| Instant::now() >= at) {
+                    tracing::debug!(lock = name, "hold stream retired with its connection; the lease stays for a re-attach");
+                    return;
+                }
+                break;
+            }
             () = store.shutdown().cancelled() => {
-                store.give_back(&spec.name, &lease.token).await;
+                tracing::debug!(lock = name, "hold stream ended by shutdown; the lease stays for a re-attach");
                 let _ = tx.send(Err(Error::ShuttingDown)).await;
                 return;
             }
             () = tokio::time::sleep_until(next_renew) => {
-                match store.extend(&spec.name, &lease.token, spec.ttl).await {
-                    Ok(Some(until)) => {
-                        expires_at_ms = until;
+                match store.renew(name, &lease.token, ttl, Some(generation), false).await {
+                    Ok(Renewal::Renewed { lease: renewed, .. }) => {
+                        expires_at_ms = renewed.expires_at_ms;
                         next_renew = Instant::now() + renew_every;
-                        if tx.send(Ok(HoldEvent::Renewed(until))).await.is_err() {
-                            break;
+                        if tx.send(Ok(HoldEvent::Renewed(expires_at_ms))).await.is_err() {
+                            continue;
                         }
                     }
-                    Ok(None) => {
+                    Ok(Renewal::NotHeld) => {
                         let _ = tx.send(Ok(HoldEvent::Lost("lock taken or expired"))).await;
                         return;
                     }
+                    Ok(Renewal::TakenOver) => {
+                        let _ = tx.send(Ok(HoldEvent::Lost("re-attached by another stream"))).await;
+                        return;
+                    }
                     Err(err) if until_ms(expires_at_ms).is_zero() => {
-                        tracing::warn!(lock = spec.name, cause = %err, "hold lost its lease");
+                        tracing::warn!(lock = name, cause = %err, "hold lost its lease");
                         let _ = tx.send(Ok(HoldEvent::Lost("redis unavailable past the ttl"))).await;
                         return;
                     }
                     Err(err) => {
                         // Keep trying while the lease lasts: Redis may be back in time.
-                        tracing::warn!(lock = spec.name, cause = %err, "hold renewal failed; retrying");
+                        tracing::warn!(lock = name, cause = %err, "hold renewal failed; retrying");
                         next_renew = Instant::now() + (renew_every / 4).clamp(Duration::from_millis(1), Duration::from_millis(100));
                     }
                 }
             }
         }
     }
-    store.give_back(&spec.name, &lease.token).await;
+    if let Err(err) = store.release_at(name, &lease.token, Some(generation)).await {
+        tracing::warn!(lock = name, cause = %err, "could not release a held lock; it expires with its ttl");
+    }
 }

@@ -29,7 +29,9 @@ use crate::{
     },
     shutdown::Shutdown,
 };
-pub use model::{AcquireOutcome, AcquireSpec, Attempt, Description, Holder, Lease, Stop, Won};
+pub use model::{
+    AcquireOutcome, AcquireSpec, Attempt, Description, Holder, Lease, Renewal, Stop, Won,
+};
 use owner_index::OwnerIndex;
 pub use scripts::LockScripts;
 use waiters::Waiters;

@@ -46,6 +46,22 @@ pub struct Holder {
     pub expires_at_ms: i64,
 }
 
+/// How a renewal (`extend.lua`) ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Renewal {
+    /// The lease runs on, at this attach generation (0 until a Hold re-attached).
+    Renewed {
+        /// The lease with its new end.
+        lease: Lease,
+        /// Its attach generation after this call.
+        generation: u64,
+    },
+    /// The token does not hold the lock (released, expired, taken).
+    NotHeld,
+    /// The token holds it, but a later Hold stream re-attached and owns it now.
+    TakenOver,
+}
+
 /// How an acquire attempt ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AcquireOutcome {

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::{
-    model::{AcquireOutcome, AcquireSpec, Description, Holder, Lease},
+    model::{AcquireOutcome, AcquireSpec, Description, Holder, Lease, Renewal},
     LockStore, INDEX_SLACK_MS,
 };
 use crate::{
@@ -86,22 +86,56 @@ impl LockStore {
 
     /// Frees the lock if `token` holds it.
     pub async fn release(&self, name: &str, token: &str) -> Result<bool> {
+        self.release_at(name, token, None).await
+    }
+
+    /// Frees the lock if `token` holds it at attach `generation` (`None`: any), so a
+    /// Hold stream that was taken over by a re-attach cannot free its successor's lease.
+    pub(super) async fn release_at(
+        &self,
+        name: &str,
+        token: &str,
+        generation: Option<u64>,
+    ) -> Result<bool> {
         let keys = self.redis.keys.lock(name);
         let mut call = self.scripts.release.key(&keys.lock);
         call.arg(token)
-            .arg(self.redis.keys.channel(Event::LockReleased));
+            .arg(self.redis.keys.channel(Event::LockReleased))
+            .arg(generation_arg(generation));
         let released: i64 = self.redis.invoke_keyed(&keys.lock, &call).await?;
         Ok(released == 1)
     }
 
     /// Resets the lease to `ttl` from now if `token` holds it; the new end (Unix ms).
     pub async fn extend(&self, name: &str, token: &str, ttl: Duration) -> Result<Option<i64>> {
+        Ok(match self.renew(name, token, ttl, None, false).await? {
+            Renewal::Renewed { lease, .. } => Some(lease.expires_at_ms),
+            Renewal::NotHeld | Renewal::TakenOver => None,
+        })
+    }
+
+    /// One script run of `extend.lua`: a renewal by a caller at attach `generation`
+    /// (`None`: any), or with `take_over` a Hold re-attach, which moves the lease to
+    /// the next generation. The owner index entry follows the new end of the lease.
+    pub(super) async fn renew(
+        &self,
+        name: &str,
+        token: &str,
+        ttl: Duration,
+        generation: Option<u64>,
+        take_over: bool,
+    ) -> Result<Renewal> {
         let keys = self.redis.keys.lock(name);
         let mut call = self.scripts.extend.key(&keys.lock);
-        call.arg(token).arg(ttl_ms(ttl));
+        call.arg(token)
+            .arg(ttl_ms(ttl))
+            .arg(generation_arg(generation))
+            .arg(if take_over { "1" } else { "0" });
         let reply: Vec<redis::Value> = self.redis.invoke_keyed(&keys.lock, &call).await?;
-        if reply::int(&reply, 0)? != 1 {
-            return Ok(None);
+        match reply::int(&reply, 0)? {
+            1 => {}
+            2 => return Ok(Renewal::TakenOver),
+            _ => return Ok(Renewal::NotHeld),
         }
         let expires_at_ms = reply::int(&reply, 1)?;
         let owner = reply::string(&reply, 2)?;
@@ -112,7 +146,14 @@ impl LockStore {
                 expires_at_ms + INDEX_SLACK_MS,
             )
             .await?;
-        Ok(Some(expires_at_ms))
+        Ok(Renewal::Renewed {
+            lease: Lease {
+                token: token.to_owned(),
+                fencing_token: reply::int(&reply, 3)? as u64,
+                expires_at_ms,
+            },
+            generation: reply::int(&reply, 4)? as u64,
+        })
     }
 
     /// Who holds the lock, and whether `token` ('' for none) is the holder's.
@@ -194,6 +235,11 @@ impl LockStore {
 
 /// How many of a ReleaseAll's release scripts are in flight at once.
 const RELEASE_ALL_IN_FLIGHT: usize = 1000;
+
+/// The attach generation as `extend.lua` and `release.lua` take it ('' for any).
+fn generation_arg(generation: Option<u64>) -> String {
+    generation.map(|g| g.to_string()).unwrap_or_default()
+}
 
 fn ttl_ms(ttl: Duration) -> u64 {
     (ttl.as_millis() as u64).max(1)

@@ -694,3 +694,118 @@ pub fn seed_from(var: &str) -> u64 {
         .and_then(|seed| seed.parse().ok())
         .unwrap_or_else(|| turnstile::time::now_ms() as u64)
 }
+
+/// The real binary, its stderr (JSON, debug level) kept line by line.
+pub struct LoggedServer {
+    pub child: std::process::Child,
+    pub addr: String,
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl LoggedServer {
+    /// On `redis`, with `extra` arguments.
+    pub fn start(redis: &TestRedis, extra: &[&str]) -> Self {
+        Self::start_with(&redis.url(), extra)
+    }
+
+    /// On the Redis at `url`, with `extra` arguments.
+    pub fn start_with(url: &str, extra: &[&str]) -> Self {
+        use std::io::BufRead;
+        let mut child = serve_command()
+            .args(["--log-format", "json", "--redis-url", url])
+            .args(extra)
+            .env("TURNSTILE_LOG", "debug")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn turnstile");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = lines.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                kept.lock().unwrap().push(line);
+            }
+        });
+        let mut server = Self {
+            child,
+            addr: String::new(),
+            lines,
+        };
+        let ready = server.wait_line("\"ready\"");
+        server.addr = json_field(&ready, "addr");
+        server
+    }
+
+    /// The first line (from the start) containing `text`, waiting up to 30 s.
+    pub fn wait_line(&self, text: &str) -> String {
+        let mut found = None;
+        eventually_blocking(
+            &format!("a log line with {text}"),
+            Duration::from_secs(30),
+            || {
+                found = self
+                    .lines
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .find(|l| l.contains(text))
+                    .cloned();
+                found.is_some()
+            },
+        );
+        found.expect("found")
+    }
+
+    pub fn count(&self, text: &str) -> usize {
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains(text))
+            .count()
+    }
+
+    pub fn hangup(&self) {
+        self.signal(libc::SIGHUP);
+    }
+
+    /// Sends `signal` to the server.
+    pub fn signal(&self, signal: libc::c_int) {
+        // SAFETY: kill(2) on our own child's pid.
+        let sent = unsafe { libc::kill(self.child.id() as libc::pid_t, signal) };
+        assert_eq!(sent, 0, "kill {signal}");
+    }
+
+    /// Waits (up to 30 s) for the server to exit; its status.
+    pub fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let mut status = None;
+        eventually_blocking("the server exits", Duration::from_secs(30), || {
+            status = self.child.try_wait().expect("try_wait");
+            status.is_some()
+        });
+        status.expect("exited")
+    }
+
+    pub async fn locks(&self) -> LockServiceClient<Channel> {
+        LockServiceClient::new(self.channel().await)
+    }
+
+    pub async fn channel(&self) -> Channel {
+        Channel::from_shared(format!("http://{}", self.addr))
+            .unwrap()
+            .connect()
+            .await
+            .expect("connect")
+    }
+}
+
+impl Drop for LoggedServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
