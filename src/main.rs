@@ -7,7 +7,13 @@ mod cli;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use cli::bench::{self, noop::NoopArgs, BenchArgs};
+use cli::{
+    admin::{CancelArgs, EnqueueArgs, PeekArgs, RedriveArgs, StatsArgs},
+    bench::{self, noop::NoopArgs, BenchArgs},
+    client::{finish, Outcome},
+    lock::LockArgs,
+    work::WorkArgs,
+};
 use tokio::signal::unix::{signal, SignalKind};
 use turnstile::config::{Config, LogFormat};
 
@@ -29,6 +35,38 @@ enum Command {
     /// The bench's no-op gRPC lock server (its transport floor).
     #[command(hide = true)]
     BenchNoop(NoopArgs),
+    /// Run a command while holding a lock (exit: the command's status; 75 not
+    /// acquired within --wait; 70 lost while it ran).
+    Lock(LockArgs),
+    /// Run a command once per task of a queue: payload on stdin, exit 0 acks,
+    /// anything else nacks with backoff; SIGTERM drains.
+    Work(WorkArgs),
+    /// Enqueue one task; prints its id.
+    Enqueue(EnqueueArgs),
+    /// Queue depths (--watch redraws).
+    Stats(StatsArgs),
+    /// Look at a queue's tasks without taking them.
+    Peek(PeekArgs),
+    /// Remove tasks that are not in flight; prints the ids removed.
+    Cancel(CancelArgs),
+    /// Bring DEAD tasks back to READY (all of them without ids); prints how many.
+    Redrive(RedriveArgs),
+}
+
+impl Command {
+    /// A client command's future, or the command back when it is not one.
+    async fn client(self) -> Result<Outcome, Self> {
+        Ok(match self {
+            Command::Lock(args) => cli::lock::run(args).await,
+            Command::Work(args) => cli::work::run(args).await,
+            Command::Enqueue(args) => cli::admin::enqueue(args).await,
+            Command::Stats(args) => cli::admin::stats(args).await,
+            Command::Peek(args) => cli::admin::peek(args).await,
+            Command::Cancel(args) => cli::admin::cancel(args).await,
+            Command::Redrive(args) => cli::admin::redrive(args).await,
+            other => return Err(other),
+        })
+    }
 }
 
 /// mimalloc instead of glibc's malloc: perf put glibc malloc/free at about 17% of the
@@ -41,12 +79,12 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let format = match &cli.command {
         Command::Serve(config) => config.log_format,
-        Command::Bench(_) => LogFormat::Text,
         Command::BenchNoop(args) => args.log_format,
+        _ => LogFormat::Text,
     };
     let default_filter = match cli.command {
-        Command::Bench(_) => "warn",
-        _ => "info",
+        Command::Serve(_) | Command::BenchNoop(_) => "info",
+        _ => "warn",
     };
     init_tracing(format, default_filter);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -60,12 +98,19 @@ fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(async {
-        match cli.command {
-            Command::Serve(config) => serve(*config).await,
-            Command::Bench(args) => bench::run(args).await,
-            Command::BenchNoop(args) => bench::noop::serve(args).await,
+        match cli.command.client().await {
+            Ok(outcome) => Err(finish(outcome)),
+            Err(Command::Serve(config)) => Ok(serve(*config).await),
+            Err(Command::Bench(args)) => Ok(bench::run(args).await),
+            Err(Command::BenchNoop(args)) => Ok(bench::noop::serve(args).await),
+            Err(_) => unreachable!("client commands are run above"),
         }
     });
+    // A client command's exit status is its own; the server's is success or failure.
+    let result = match result {
+        Ok(result) => result,
+        Err(code) => return code,
+    };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {

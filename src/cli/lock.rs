@@ -1,0 +1,219 @@
+//! `turnstile lock NAME -- CMD`: run CMD while holding NAME, like `flock(1)` across
+//! machines. The lock is held by a `Hold` stream (renewed every ttl/3 while CMD runs)
+//! and released when CMD ends. A stream cut by the server (a GOAWAY, a replica's
+//! shutdown) re-attaches by token within the lease, so CMD never notices; a lease that
+//! is really lost sends CMD SIGTERM and exits 70. Not acquired within `--wait`: 75.
+
+use std::time::Duration;
+
+use clap::Args;
+use tokio_stream::StreamExt;
+use tonic::{Code, Streaming};
+use turnstile::{
+    config::parse_duration,
+    pb::{self, hold_response::Event},
+};
+
+use super::{
+    client::{hostname, Client, ClientArgs, Failure, Outcome},
+    output::unix_ms,
+    run::{self, StopSignals},
+};
+
+/// CMD's status when the lock could not be taken within `--wait` (EX_TEMPFAIL).
+pub const NOT_ACQUIRED: u8 = 75;
+/// The status when the lock was lost while CMD ran (EX_SOFTWARE).
+pub const LOST: u8 = 70;
+
+/// `turnstile lock`.
+#[derive(Debug, Args)]
+pub struct LockArgs {
+    /// The lock.
+    pub name: String,
+    /// The lease, renewed every ttl/3 while CMD runs.
+    #[arg(long, value_parser = parse_duration, default_value = "15s")]
+    pub ttl: Duration,
+    /// How long to wait for a held lock (0: try once).
+    #[arg(long, value_parser = parse_duration, default_value = "0")]
+    pub wait: Duration,
+    /// Who holds it, as Describe shows (default: host:pid).
+    #[arg(long)]
+    pub owner: Option<String>,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// How the lease ended while CMD ran.
+enum Held {
+    /// Still held (CMD ended first).
+    Kept,
+    /// Lost, with why.
+    Lost(String),
+}
+
+pub async fn run(args: LockArgs) -> Outcome {
+    let mut client = args.client.connect()?;
+    let request = pb::HoldRequest {
+        name: args.name.clone(),
+        owner: args
+            .owner
+            .clone()
+            .unwrap_or_else(|| format!("{}:{}", hostname(), std::process::id())),
+        ttl: Some(duration(args.ttl)),
+        wait: Some(duration(args.wait)),
+        token: String::new(),
+    };
+    let mut stream = client.locks.hold(request.clone()).await?.into_inner();
+    let acquired = loop {
+        match stream.message().await? {
+            Some(pb::HoldResponse {
+                event: Some(Event::Acquired(acquired)),
+            }) => break acquired,
+            Some(pb::HoldResponse {
+                event: Some(Event::Lost(lost)),
+            }) => {
+                eprintln!(
+                    "turnstile: lock {} not acquired: {}",
+                    args.name, lost.reason
+                );
+                return Ok(run::exit(NOT_ACQUIRED));
+            }
+            Some(_) => continue,
+            None => return Err(Failure::other("the Hold stream ended before Acquired")),
+        }
+    };
+    let mut expires_at = acquired.expires_at.as_ref().map(unix_ms).unwrap_or(0);
+    let mut command = run::command(&args.command);
+    command.env("TURNSTILE_LOCK", &args.name).env(
+        "TURNSTILE_FENCING_TOKEN",
+        acquired.fencing_token.to_string(),
+    );
+    let mut child = match run::spawn(&mut command, &args.command[0]) {
+        Ok(child) => child,
+        Err(failure) => {
+            release(&mut client, &args.name, &acquired.token).await;
+            return Err(failure);
+        }
+    };
+    let mut stops = StopSignals::install()?;
+    let mut held = Held::Kept;
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => {
+                break status.map_err(|err| Failure::other(format!("waiting for the command: {err}")))?;
+            }
+            signal = stops.next() => run::signal_child(&child, signal),
+            event = stream.next(), if matches!(held, Held::Kept) => match event {
+                Some(Ok(pb::HoldResponse { event: Some(Event::Renewed(renewed)) })) => {
+                    expires_at = renewed.expires_at.as_ref().map(unix_ms).unwrap_or(expires_at);
+                }
+                Some(Ok(pb::HoldResponse { event: Some(Event::Lost(lost)) })) => {
+                    held = Held::Lost(lost.reason);
+                    run::signal_child(&child, libc::SIGTERM);
+                }
+                Some(Ok(_)) => {}
+                // Cut by the server (shutdown, connection age) or the network: the
+                // lease lasts until `expires_at`; take it over on a new stream.
+                Some(Err(status)) if status.code() == Code::Unavailable || status.code() == Code::Unknown => {
+                    match reattach(&mut client, &request, &acquired.token, expires_at).await {
+                        Ok(again) => stream = again,
+                        Err(why) => {
+                            held = Held::Lost(why);
+                            run::signal_child(&child, libc::SIGTERM);
+                        }
+                    }
+                }
+                Some(Err(status)) => {
+                    held = Held::Lost(format!("{}: {}", super::client::code_name(status.code()), status.message()));
+                    run::signal_child(&child, libc::SIGTERM);
+                }
+                None => {
+                    held = Held::Lost("the Hold stream ended".into());
+                    run::signal_child(&child, libc::SIGTERM);
+                }
+            },
+        }
+    };
+    match held {
+        Held::Kept => {
+            // An explicit Release: the stream's cancel may not reach the server before
+            // this process exits.
+            release(&mut client, &args.name, &acquired.token).await;
+            Ok(run::exit(run::exit_code(status)))
+        }
+        Held::Lost(why) => {
+            eprintln!(
+                "turnstile: lock {} lost while the command ran: {why}",
+                args.name
+            );
+            Ok(run::exit(LOST))
+        }
+    }
+}
+
+/// Re-opens Hold with the lease's token until it is taken over or the lease ends.
+async fn reattach(
+    client: &mut Client,
+    request: &pb::HoldRequest,
+    token: &str,
+    expires_at: i64,
+) -> Result<Streaming<pb::HoldResponse>, String> {
+    let request = pb::HoldRequest {
+        token: token.to_owned(),
+        ..request.clone()
+    };
+    let mut pause = Duration::from_millis(20);
+    loop {
+        if turnstile::time::now_ms() >= expires_at {
+            return Err("the lease ended before the stream could be re-attached".into());
+        }
+        let attempt = async {
+            let mut stream = client.locks.hold(request.clone()).await?.into_inner();
+            loop {
+                match stream.message().await? {
+                    Some(pb::HoldResponse {
+                        event: Some(Event::Acquired(_)),
+                    }) => return Ok(Ok(stream)),
+                    Some(pb::HoldResponse {
+                        event: Some(Event::Lost(lost)),
+                    }) => return Ok(Err(lost.reason)),
+                    Some(_) => continue,
+                    None => return Ok(Err("the re-attached stream ended".to_owned())),
+                }
+            }
+        };
+        match attempt.await {
+            Ok(result) => return result,
+            Err(status) => {
+                let status: tonic::Status = status;
+                tracing::debug!(cause = %status, "hold re-attach failed; retrying");
+            }
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(1));
+    }
+}
+
+async fn release(client: &mut Client, name: &str, token: &str) {
+    let released = client
+        .locks
+        .release(pb::ReleaseRequest {
+            name: name.to_owned(),
+            token: token.to_owned(),
+        })
+        .await;
+    if let Err(status) = released {
+        eprintln!(
+            "turnstile: lock {name} not released ({}); it ends with its ttl",
+            status.message()
+        );
+    }
+}
+
+/// A duration as the proto spells it (the flags are far below its limits).
+pub fn duration(value: Duration) -> prost_types::Duration {
+    prost_types::Duration::try_from(value).unwrap_or_default()
+}

@@ -1,0 +1,644 @@
+//! The command line as a person or a shell script uses it: the real `turnstile`
+//! binary against a real server. `lock` runs a command under a lock (its status, 75,
+//! 70, a re-attach across a cut stream), `work` runs one per task (ack, nack with
+//! backoff, the drain on SIGTERM), and the operator commands print tables and JSON.
+//! Errors print the gRPC status name and exit 1; usage errors exit 2.
+
+mod common;
+
+use std::{
+    path::Path,
+    process::{ExitStatus, Stdio},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use common::{eventually, ms, TempDir, TestRedis, TestResult, TestServer, BIN, WAIT};
+use redis::AsyncCommands;
+use tokio::{
+    io::{AsyncBufReadExt, AsyncRead, BufReader},
+    process::{Child, Command},
+};
+use turnstile::pb::{self, TaskState};
+
+/// The binary, pointed at `server`.
+fn cli(server: &TestServer) -> Command {
+    let mut command = Command::new(BIN);
+    command
+        .env("TURNSTILE_SERVER", format!("http://{}", server.addr))
+        .env_remove("TURNSTILE_TOKEN")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    command
+}
+
+/// Runs to the end (bounded); its status, stdout and stderr.
+async fn output(command: &mut Command) -> (ExitStatus, String, String) {
+    let out = tokio::time::timeout(Duration::from_secs(60), command.output())
+        .await
+        .expect("the command ends within 60 s")
+        .expect("run turnstile");
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Lines a running child writes, kept as they come.
+#[derive(Clone, Default)]
+struct Lines(Arc<Mutex<Vec<String>>>);
+
+impl Lines {
+    fn follow(pipe: impl AsyncRead + Unpin + Send + 'static) -> Self {
+        let lines = Self::default();
+        let kept = lines.clone();
+        tokio::spawn(async move {
+            let mut reader = BufReader::new(pipe).lines();
+            while let Ok(Some(line)) = reader.next_line().await {
+                kept.0.lock().unwrap().push(line);
+            }
+        });
+        lines
+    }
+
+    fn all(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+
+    async fn wait_for(&self, what: &str, done: impl Fn(&[String]) -> bool) {
+        eventually(what, WAIT, || {
+            let seen = done(&self.all());
+            async move { seen }
+        })
+        .await;
+    }
+}
+
+fn signal(child: &Child, signal: libc::c_int) {
+    let pid = child.id().expect("still running") as libc::pid_t;
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+}
+
+async fn wait_file(path: &Path) {
+    eventually(&format!("{} exists", path.display()), WAIT, || async {
+        path.exists()
+    })
+    .await;
+}
+
+async fn enqueue(server: &TestServer, queue: &str, specs: Vec<pb::TaskSpec>) -> TestResult {
+    server
+        .queues()
+        .await
+        .enqueue(pb::EnqueueRequest {
+            queue: queue.into(),
+            tasks: specs,
+        })
+        .await?;
+    Ok(())
+}
+
+fn task(id: &str, payload: &str) -> pb::TaskSpec {
+    pb::TaskSpec {
+        id: id.into(),
+        payload: payload.as_bytes().to_vec().into(),
+        ..Default::default()
+    }
+}
+
+async fn stats(server: &TestServer, queue: &str) -> Result<pb::StatsResponse, tonic::Status> {
+    Ok(server
+        .queues()
+        .await
+        .stats(pb::StatsRequest {
+            queue: queue.into(),
+        })
+        .await?
+        .into_inner())
+}
+
+async fn peek(
+    server: &TestServer,
+    queue: &str,
+    state: TaskState,
+) -> Result<Vec<pb::Task>, tonic::Status> {
+    Ok(server
+        .queues()
+        .await
+        .peek(pb::PeekRequest {
+            queue: queue.into(),
+            state: state as i32,
+            limit: 100,
+        })
+        .await?
+        .into_inner()
+        .tasks)
+}
+
+fn json(line: &str) -> serde_json::Value {
+    serde_json::from_str(line).unwrap_or_else(|err| panic!("{line:?} is not JSON: {err}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enqueue_prints_the_id_taking_the_payload_from_the_argument_or_stdin() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let (status, out, _) =
+        output(cli(&server).args(["enqueue", "jobs", "--id", "a", "hello"])).await;
+    assert!(status.success());
+    assert_eq!(out, "a\n");
+    // From stdin (binary is fine), the id made by the server.
+    let mut piped = cli(&server);
+    piped
+        .args(["enqueue", "jobs", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    let mut child = piped.spawn()?;
+    {
+        use tokio::io::AsyncWriteExt;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(&[0xff, 0x00, 0x01]).await?;
+    }
+    let made = child.wait_with_output().await?;
+    assert!(made.status.success());
+    let made_id = String::from_utf8(made.stdout)?.trim().to_owned();
+    assert_eq!(made_id.len(), 32, "{made_id}");
+    // --delay makes it DELAYED; --at in the past READY at once; --json says so.
+    let (_, out, _) =
+        output(cli(&server).args(["enqueue", "jobs", "--id", "later", "--delay", "1h", "x"])).await;
+    assert_eq!(out, "later\n");
+    let (status, out, _) = output(cli(&server).args([
+        "enqueue",
+        "jobs",
+        "--id",
+        "past",
+        "--at",
+        "2020-01-02T03:04:05Z",
+        "--json",
+        "y",
+    ]))
+    .await;
+    assert!(status.success());
+    let line = json(out.trim());
+    assert_eq!(line["id"], "past");
+    assert_eq!(line["created"], true);
+    assert_eq!(line["due_at"], "2020-01-02T03:04:05.000Z");
+    let ready = peek(&server, "jobs", TaskState::Ready).await?;
+    let ids: Vec<&str> = ready.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(ids, ["past", "a", made_id.as_str()]);
+    assert_eq!(ready[1].payload.as_ref(), b"hello");
+    assert_eq!(ready[2].payload.as_ref(), [0xff, 0x00, 0x01]);
+    let delayed = peek(&server, "jobs", TaskState::Delayed).await?;
+    assert_eq!(delayed.len(), 1);
+    assert_eq!(delayed[0].id, "later");
+    // A duplicate is not created: still the id, and a note on stderr.
+    let (status, out, err) =
+        output(cli(&server).args(["enqueue", "jobs", "--id", "a", "again"])).await;
+    assert!(status.success());
+    assert_eq!(out, "a\n");
+    assert!(err.contains("not created"), "{err}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_peek_cancel_and_redrive_print_tables_and_json() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    enqueue(
+        &server,
+        "orders",
+        vec![task("o1", "first"), task("o2", "second")],
+    )
+    .await?;
+    enqueue(
+        &server,
+        "orders",
+        vec![pb::TaskSpec {
+            schedule: Some(pb::task_spec::Schedule::Delay(ms(3_600_000).unwrap())),
+            ..task("o3", "later")
+        }],
+    )
+    .await?;
+    // One task dies: one attempt, nacked.
+    enqueue(
+        &server,
+        "mail",
+        vec![pb::TaskSpec {
+            max_attempts: 1,
+            ..task("m1", "bounce")
+        }],
+    )
+    .await?;
+    let mut queues = server.queues().await;
+    let leased = queues
+        .lease(pb::LeaseRequest {
+            queue: "mail".into(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    queues
+        .nack(pb::NackRequest {
+            queue: "mail".into(),
+            receipt: leased.tasks[0].receipt.clone(),
+            delay: None,
+        })
+        .await?;
+
+    let (status, out, _) = output(cli(&server).args(["stats", "orders", "mail"])).await;
+    assert!(status.success());
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    let columns = |line: &str| {
+        line.split_whitespace()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        columns(lines[0]),
+        [
+            "QUEUE",
+            "READY",
+            "DELAYED",
+            "IN_FLIGHT",
+            "DEAD",
+            "OLDEST_READY",
+            "NEXT_DUE"
+        ]
+    );
+    assert_eq!(columns(lines[1])[..5], ["orders", "2", "1", "0", "0"]);
+    assert_eq!(columns(lines[2])[..5], ["mail", "0", "0", "0", "1"]);
+    // Aligned: every column starts at the same offset on every line.
+    let starts = |line: &str| {
+        let mut at = Vec::new();
+        let bytes = line.as_bytes();
+        for i in 0..bytes.len() {
+            if bytes[i] != b' ' && (i == 0 || bytes[i - 1] == b' ') {
+                at.push(i);
+            }
+        }
+        at
+    };
+    assert_eq!(starts(lines[0])[..5], starts(lines[1])[..5]);
+    assert_eq!(starts(lines[0])[..5], starts(lines[2])[..5]);
+    let (_, out, _) = output(cli(&server).args(["stats", "--json", "orders"])).await;
+    let line = json(out.trim());
+    assert_eq!(
+        (line["ready"].as_u64(), line["delayed"].as_u64()),
+        (Some(2), Some(1))
+    );
+
+    // peek: in delivery order, with --state and --limit.
+    let (_, out, _) = output(cli(&server).args(["peek", "orders", "--json"])).await;
+    let ids: Vec<String> = out
+        .lines()
+        .map(|l| json(l)["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids, ["o1", "o2"]);
+    assert_eq!(json(out.lines().next().unwrap())["payload"], "first");
+    let (_, out, _) = output(cli(&server).args(["peek", "orders", "--state", "delayed"])).await;
+    assert!(out.lines().nth(1).unwrap().starts_with("o3 "), "{out}");
+    let (_, out, _) = output(cli(&server).args(["peek", "orders", "--limit", "1"])).await;
+    assert_eq!(out.lines().count(), 2, "{out}");
+
+    // cancel prints what it removed; redrive how many came back.
+    let (status, out, _) = output(cli(&server).args(["cancel", "orders", "o2", "nope"])).await;
+    assert!(status.success());
+    assert_eq!(out, "o2\n");
+    let (status, out, _) = output(cli(&server).args(["redrive", "mail"])).await;
+    assert!(status.success());
+    assert_eq!(out, "1\n");
+    let mail = stats(&server, "mail").await?;
+    assert_eq!((mail.ready, mail.dead), (1, 0));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_watch_redraws_in_place_as_the_queue_changes() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut child = cli(&server)
+        .args(["stats", "watched", "--watch", "--interval", "50ms"])
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let screen = Lines::follow(child.stdout.take().unwrap());
+    let row = |lines: &[String], ready: &str| {
+        lines.iter().any(|l| {
+            l.contains("watched")
+                && l.split_whitespace().nth(1) == Some(ready)
+                && !l.contains("\x1b[H")
+        })
+    };
+    screen
+        .wait_for("a first table", |lines| row(lines, "0"))
+        .await;
+    enqueue(&server, "watched", vec![task("w1", "x")]).await?;
+    screen
+        .wait_for("the redrawn table", |lines| row(lines, "1"))
+        .await;
+    // Redrawn in place: each table starts by moving the cursor home.
+    let homes = screen.all().iter().filter(|l| l.contains("\x1b[H")).count();
+    assert!(homes >= 2, "{:?}", screen.all());
+    signal(&child, libc::SIGINT);
+    let status = tokio::time::timeout(WAIT, child.wait()).await??;
+    assert!(status.success(), "{status}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_print_the_status_name_and_exit_1_and_usage_errors_exit_2() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let (status, out, err) = output(cli(&server).args(["stats", ""])).await;
+    assert_eq!(status.code(), Some(1));
+    assert_eq!(out, "");
+    assert!(err.contains("INVALID_ARGUMENT: queue:"), "{err}");
+    let (status, _, err) = output(
+        cli(&server)
+            .args(["peek", "q"])
+            .env("TURNSTILE_SERVER", "http://127.0.0.1:1"),
+    )
+    .await;
+    assert_eq!(status.code(), Some(1));
+    assert!(err.contains("UNAVAILABLE"), "{err}");
+    let (status, _, _) = output(cli(&server).args(["lock", "name-without-a-command"])).await;
+    assert_eq!(status.code(), Some(2));
+    let (status, _, _) = output(cli(&server).args(["enqueue", "q", "--delay", "soon", "x"])).await;
+    assert_eq!(status.code(), Some(2));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_runs_the_command_holding_the_lock_and_exits_with_its_status() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    // Inside, the lock is held: a second `turnstile lock` is not acquired (75), and
+    // the command sees its fencing token.
+    let script = format!(
+        "{BIN} lock nightly -- true; echo inner=$?; echo fence=$TURNSTILE_FENCING_TOKEN; exit 3"
+    );
+    let (status, out, _) =
+        output(cli(&server).args(["lock", "nightly", "--", "sh", "-c", &script])).await;
+    assert_eq!(status.code(), Some(3), "{out}");
+    assert!(out.contains("inner=75"), "{out}");
+    let fence: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("fence="))
+        .expect("a fence line")
+        .parse()?;
+    assert!(fence > 0);
+    // Released at once when the command ended (its 15 s ttl has not run out).
+    let held = server
+        .locks()
+        .await
+        .describe(pb::DescribeRequest {
+            name: "nightly".into(),
+            token: String::new(),
+        })
+        .await?
+        .into_inner()
+        .held;
+    assert!(!held, "the lock outlived the command");
+    // A command killed by a signal: 128 + its number, as a shell says.
+    let (status, _, _) =
+        output(cli(&server).args(["lock", "n2", "--", "sh", "-c", "kill -9 $$"])).await;
+    assert_eq!(status.code(), Some(128 + 9));
+    // A command that does not exist: 127, and the lock is given back.
+    let (status, _, err) =
+        output(cli(&server).args(["lock", "n3", "--", "/no/such/program"])).await;
+    assert_eq!(status.code(), Some(127), "{err}");
+    let (status, _, _) = output(cli(&server).args(["lock", "n3", "--", "true"])).await;
+    assert!(status.success());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_not_acquired_within_wait_exits_75_without_running_the_command() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    server
+        .locks()
+        .await
+        .acquire(pb::AcquireRequest {
+            name: "busy".into(),
+            owner: "someone".into(),
+            ttl: ms(60_000),
+            ..Default::default()
+        })
+        .await?;
+    let dir = TempDir::new("cli-lock");
+    let marker = dir.0.join("ran");
+    let (status, _, err) = output(cli(&server).args([
+        "lock",
+        "busy",
+        "--wait",
+        "200ms",
+        "--",
+        "touch",
+        marker.to_str().unwrap(),
+    ]))
+    .await;
+    assert_eq!(status.code(), Some(75), "{err}");
+    assert!(err.contains("not acquired"), "{err}");
+    assert!(!marker.exists(), "the command ran without the lock");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_lost_while_the_command_runs_sends_it_sigterm_and_exits_70() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let dir = TempDir::new("cli-lost");
+    let (started, termed) = (dir.0.join("started"), dir.0.join("termed"));
+    let script = format!(
+        "trap 'touch {}; exit 0' TERM; touch {}; n=0; while [ $n -lt 400 ]; do sleep 0.05; n=$((n+1)); done",
+        termed.display(),
+        started.display()
+    );
+    let mut child = cli(&server)
+        .args([
+            "lock", "stolen", "--ttl", "600ms", "--", "sh", "-c", &script,
+        ])
+        .stderr(Stdio::piped())
+        .spawn()?;
+    wait_file(&started).await;
+    // An operator deletes the lease; someone else takes the lock.
+    let _: () = redis.conn().await.del("turnstile:lock:{stolen}").await?;
+    let mut locks = server.locks().await;
+    let taken = locks
+        .acquire(pb::AcquireRequest {
+            name: "stolen".into(),
+            owner: "thief".into(),
+            ttl: ms(60_000),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    assert!(taken.acquired);
+    let status = tokio::time::timeout(WAIT, child.wait()).await??;
+    assert_eq!(status.code(), Some(70));
+    assert!(termed.exists(), "the command was not sent SIGTERM");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_keeps_its_lease_across_a_stream_cut_by_connection_age() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start_with(&redis, |c| {
+        c.max_connection_age = Duration::from_millis(300);
+        c.max_connection_age_grace = Duration::from_millis(200);
+    })
+    .await;
+    let dir = TempDir::new("cli-cut");
+    let marker = dir.0.join("done");
+    // The command outlives two connection ages; the stream is cut each time and the
+    // CLI re-attaches by token, so the command is never told the lock was lost.
+    let script = format!("sleep 1.5; touch {}", marker.display());
+    let (status, _, err) =
+        output(cli(&server).args(["lock", "cut", "--ttl", "900ms", "--", "sh", "-c", &script]))
+            .await;
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(marker.exists());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_runs_the_command_per_task_acks_success_and_nacks_failure_with_backoff() -> TestResult
+{
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    enqueue(
+        &server,
+        "jobs",
+        vec![task("ok-1", "ok"), task("bad", "fail"), task("ok-2", "ok")],
+    )
+    .await?;
+    let dir = TempDir::new("cli-work");
+    let log = dir.0.join("log");
+    let script = format!(
+        "p=$(cat); echo \"$TURNSTILE_QUEUE $TURNSTILE_TASK_ID $TURNSTILE_ATTEMPT $p\" >> {}; [ \"$p\" = ok ]",
+        log.display()
+    );
+    let mut child = cli(&server)
+        .args([
+            "work",
+            "jobs",
+            "--concurrency",
+            "2",
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let lines = Lines::follow(child.stdout.take().unwrap());
+    lines.wait_for("three tasks done", |l| l.len() >= 3).await;
+    let mut outcomes: Vec<(String, String)> = lines
+        .all()
+        .iter()
+        .map(|l| {
+            let v = json(l);
+            (
+                v["id"].as_str().unwrap().to_owned(),
+                v["outcome"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    outcomes.sort();
+    assert_eq!(
+        outcomes,
+        [
+            ("bad".into(), "requeued".into()),
+            ("ok-1".into(), "acked".into()),
+            ("ok-2".into(), "acked".into())
+        ]
+    );
+    // The payload came on stdin, the ids and attempt in the environment.
+    let seen = std::fs::read_to_string(&log)?;
+    assert!(seen.contains("jobs ok-1 1 ok"), "{seen}");
+    assert!(seen.contains("jobs bad 1 fail"), "{seen}");
+    // The failure is due again after its backoff (1 s for a first attempt).
+    let delayed = peek(&server, "jobs", TaskState::Delayed).await?;
+    assert_eq!(delayed.len(), 1);
+    assert_eq!(delayed[0].id, "bad");
+    lines
+        .wait_for("the failed task retried", |l| l.len() >= 4)
+        .await;
+    let retried = json(&lines.all()[3]);
+    assert_eq!(
+        (retried["id"].as_str(), retried["attempt"].as_u64()),
+        (Some("bad"), Some(2))
+    );
+    signal(&child, libc::SIGTERM);
+    let status = tokio::time::timeout(WAIT, child.wait()).await??;
+    assert!(status.success(), "{status}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_drains_on_sigterm_letting_the_running_task_finish_and_ack() -> TestResult {
+    let redis = TestRedis::start().await;
+    // A short re-attach grace: the drain must keep the task leased past it.
+    let server = TestServer::start_with(&redis, |c| {
+        c.reattach_grace = Duration::from_millis(300);
+    })
+    .await;
+    enqueue(&server, "slow", vec![task("long", "x")]).await?;
+    let dir = TempDir::new("cli-drain");
+    let (started, release) = (dir.0.join("started"), dir.0.join("release"));
+    let script = format!(
+        // Bounded, so a failing test leaves no process behind holding its pipes.
+        "touch {}; n=0; while [ ! -e {} ] && [ $n -lt 1000 ]; do sleep 0.02; n=$((n+1)); done",
+        started.display(),
+        release.display()
+    );
+    let mut child = cli(&server)
+        .args([
+            "work",
+            "slow",
+            "--visibility",
+            "30s",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let err = Lines::follow(child.stderr.take().unwrap());
+    wait_file(&started).await;
+    signal(&child, libc::SIGTERM);
+    err.wait_for("the drain line", |l| {
+        l.iter().any(|l| l.contains("draining"))
+    })
+    .await;
+    // Past the re-attach grace, the task is still leased to this worker.
+    let in_flight = peek(&server, "slow", TaskState::InFlight).await?;
+    assert_eq!(in_flight.len(), 1);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let in_flight = peek(&server, "slow", TaskState::InFlight).await?;
+    assert_eq!(in_flight.len(), 1, "the task went back while it still ran");
+    assert!(
+        child.try_wait()?.is_none(),
+        "exited before the task finished"
+    );
+    std::fs::write(&release, "")?;
+    let status = tokio::time::timeout(WAIT, child.wait()).await??;
+    assert!(status.success(), "{status}");
+    let after = stats(&server, "slow").await?;
+    assert_eq!(
+        (after.ready, after.delayed, after.in_flight, after.dead),
+        (0, 0, 0, 0),
+        "not acked: {:?}",
+        err.all()
+    );
+    assert!(err
+        .all()
+        .iter()
+        .any(|l| l.contains("task long attempt 1: exit 0, acked")));
+    Ok(())
+}
