@@ -1,5 +1,6 @@
 //! Readiness follows Redis: a probe PINGs it (every second while it answers, every
-//! 250 ms while it does not; on each return it also checks the Redis version) and flips `""`, `turnstile.v1.LockService` and
+//! 250 ms while it does not; on each return it also checks the Redis version), sets
+//! `turnstile_redis_up`, and flips `""`, `turnstile.v1.LockService` and
 //! `turnstile.v1.QueueService` between SERVING and NOT_SERVING. `liveness` stays
 //! SERVING while the process runs, so a Redis outage does not get replicas restarted.
 
@@ -7,7 +8,7 @@ use std::time::Duration;
 
 use tonic_health::{server::HealthReporter, ServingStatus};
 
-use crate::{redis::events::Events, redis::Redis, shutdown::Shutdown};
+use crate::{metrics::Metrics, redis::events::Events, redis::Redis, shutdown::Shutdown};
 
 /// The services whose health follows Redis.
 pub const READINESS_SERVICES: [&str; 3] =
@@ -26,7 +27,12 @@ pub async fn set_readiness(reporter: &HealthReporter, status: ServingStatus) {
 }
 
 /// Spawns the probe; it stops at shutdown (which sets NOT_SERVING itself).
-pub fn spawn_probe(redis: Redis, reporter: HealthReporter, events: Events, shutdown: &Shutdown) {
+pub fn spawn_probe(
+    redis: Redis,
+    (reporter, metrics): (HealthReporter, Metrics),
+    events: Events,
+    shutdown: &Shutdown,
+) {
     let task_shutdown = shutdown.clone();
     shutdown.spawn(async move {
         let mut up = None;
@@ -49,6 +55,7 @@ pub fn spawn_probe(redis: Redis, reporter: HealthReporter, events: Events, shutd
             if task_shutdown.is_triggered() {
                 return;
             }
+            metrics.set_redis_up(now_up);
             if up != Some(now_up) {
                 if now_up {
                     tracing::info!("redis answers: serving");

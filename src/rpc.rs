@@ -18,6 +18,7 @@ use crate::{
     connections, deadline,
     error::{Error, Result},
     heartbeat::{Beat, Heartbeats},
+    metrics::{Metrics, StreamGuard, StreamKind},
     traceparent,
 };
 
@@ -31,6 +32,8 @@ pub struct Call {
     /// When the call's connection ages out (`--max-connection-age` + grace): a stream
     /// ends then with UNAVAILABLE, as if the server shut down.
     pub retires_at: Option<Instant>,
+    /// This replica's metrics (the auth guard put them in the request).
+    pub metrics: Metrics,
 }
 
 impl Call {
@@ -42,7 +45,13 @@ impl Call {
             .get::<Caller>()
             .cloned()
             .ok_or_else(|| Error::Internal("the call did not pass the auth guard".into()))?;
+        let metrics = request
+            .extensions()
+            .get::<Metrics>()
+            .cloned()
+            .ok_or_else(|| Error::Internal("the call did not pass the auth guard".into()))?;
         let call = Call {
+            metrics,
             deadline: deadline::from_metadata(request.metadata()),
             tenant: caller.tenant.clone(),
             retires_at: connections::retires_at(request.extensions()),
@@ -102,11 +111,13 @@ where
 {
     let span = span(method, request.metadata());
     async move {
-        let result = match Call::of(&request) {
+        let started = Instant::now();
+        let (result, metrics) = match Call::of(&request) {
             Ok((call, _)) => {
+                let metrics = call.metrics.clone();
                 let (deadline, retires_at) = (call.deadline, call.retires_at);
                 let work = handle(call, request.into_inner());
-                match bound {
+                let result = match bound {
                     Bound::Race => deadline::within(deadline, work).await,
                     // A waiting call on a connection that ages out ends with it, as a
                     // stream does (dropped: what it won is given back).
@@ -117,11 +128,20 @@ where
                         },
                         None => work.await,
                     },
-                }
+                };
+                (result, Some(metrics))
             }
-            Err(err) => Err(err),
+            Err(err) => (Err(err), None),
         };
-        result.map(Response::new).map_err(status)
+        let result = result.map(Response::new).map_err(status);
+        if let Some(metrics) = metrics {
+            let code = result
+                .as_ref()
+                .map_or_else(Status::code, |_| tonic::Code::Ok);
+            metrics.request(method, code);
+            metrics.duration(method, started.elapsed());
+        }
+        result
     }
     .instrument(span)
     .await
@@ -144,6 +164,7 @@ where
     let started = span.in_scope(|| {
         let (call, caller) = Call::of(&request)?;
         let retires_at = call.retires_at;
+        let counted = Counted::new(&call.metrics, method);
         let messages = handle(call, request.into_inner())?;
         // A revoked token ends the stream (and drops it, as a client's cancel would);
         // so does the connection's retirement, with UNAVAILABLE (the handler sees
@@ -155,15 +176,58 @@ where
             }
             Error::ConnectionRetired
         };
-        Ok(Revocable::until(Revocable::new(messages, caller), retired))
+        Ok((
+            Revocable::until(Revocable::new(messages, caller), retired),
+            counted,
+        ))
     });
-    let messages = started.map_err(|err| span.in_scope(|| status(err)))?;
+    let (messages, mut counted) = started.map_err(|err| span.in_scope(|| status(err)))?;
     let stream = Heartbeats::new(Box::pin(messages), heartbeat).map(move |item| match item {
         Ok(Beat::Event(message)) => Ok(message),
         Ok(Beat::Heartbeat) => Ok(Resp::heartbeat()),
-        Err(err) => Err(span.in_scope(|| status(err))),
+        Err(err) => {
+            let status = span.in_scope(|| status(err));
+            counted.end(status.code());
+            Err(status)
+        }
     });
     Ok(Response::new(Box::pin(stream)))
+}
+
+/// Counts one stream: open (for Hold and Subscribe) until dropped, then one request
+/// with the code it ended with; a stream dropped without an error status ended OK or
+/// was cancelled by its client, and is counted as OK.
+struct Counted {
+    metrics: Metrics,
+    method: &'static str,
+    code: tonic::Code,
+    _open: Option<StreamGuard>,
+}
+
+impl Counted {
+    fn new(metrics: &Metrics, method: &'static str) -> Self {
+        let kind = match method {
+            "Hold" => Some(StreamKind::Hold),
+            "Subscribe" => Some(StreamKind::Subscribe),
+            _ => None,
+        };
+        Self {
+            metrics: metrics.clone(),
+            method,
+            code: tonic::Code::Ok,
+            _open: kind.map(|kind| metrics.stream_opened(kind)),
+        }
+    }
+
+    fn end(&mut self, code: tonic::Code) {
+        self.code = code;
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.metrics.request(self.method, self.code);
+    }
 }
 
 /// Logs an error once, where the RPC (or its stream) ends, and converts it.

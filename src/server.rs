@@ -17,7 +17,7 @@ use crate::{
     health,
     limits::Limits,
     lock::{api::LockApi, LockStore},
-    metrics,
+    metrics::{self, Metrics},
     pb::{self, lock_service_server::LockServiceServer, queue_service_server::QueueServiceServer},
     queue::{api::QueueApi, scheduler::Scheduler, QueueStore},
     redis::{
@@ -176,7 +176,13 @@ async fn serve(
         .set_service_status(health::LIVENESS_SERVICE, ServingStatus::Serving)
         .await;
     health::set_readiness(&reporter, ServingStatus::NotServing).await;
-    health::spawn_probe(redis.clone(), reporter.clone(), events, shutdown);
+    let metrics = Metrics::new(auth.is_on());
+    health::spawn_probe(
+        redis.clone(),
+        (reporter.clone(), metrics.clone()),
+        events,
+        shutdown,
+    );
 
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
@@ -203,8 +209,13 @@ async fn serve(
     let connections = ConnectionLimit::new(config.max_connections);
     metrics::spawn(
         metrics_listener,
-        limits.clone(),
-        connections.clone(),
+        metrics.clone(),
+        metrics::Sources {
+            limits: limits.clone(),
+            connections: connections.clone(),
+            queues: queues.clone(),
+            redis_errors: redis.errors.clone(),
+        },
         shutdown,
     );
 
@@ -253,11 +264,13 @@ async fn serve(
             LockServiceServer::new(LockApi::new(locks, config.stream_heartbeat))
                 .max_decoding_message_size(config.max_message_size),
             auth.clone(),
+            metrics.clone(),
         )))
         .add_service(SizeLimited(Authorized::new(
             QueueServiceServer::new(QueueApi::new(queues, scheduler, config.stream_heartbeat))
                 .max_decoding_message_size(config.max_message_size),
             auth,
+            metrics.clone(),
         )))
         .serve_with_incoming_shutdown(
             connections.accept(listener, config.connection_age()),

@@ -1147,3 +1147,48 @@ async fn concurrent_acks_of_two_tenants_on_one_queue_name_each_reach_their_own_q
     }
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_auth_on_queue_metrics_carry_the_tenant_and_never_a_token() -> TestResult {
+    let redis = TestRedis::start().await;
+    let (shop_token, rival_token) = ("shop-metrics-5d1e", "rival-metrics-8c2f");
+    let (server, _) = server_with(
+        &redis,
+        &[(shop_token, "shop", ALL), (rival_token, "rival", ALL)],
+    )
+    .await;
+    for token in [shop_token, rival_token] {
+        let (_, mut queues) = clients(server.channel().await, Some(token));
+        queues
+            .enqueue(pb::EnqueueRequest {
+                queue: "orders".into(),
+                tasks: vec![pb::TaskSpec::default()],
+            })
+            .await?;
+        queues
+            .lease(pb::LeaseRequest {
+                queue: "orders".into(),
+                ..Default::default()
+            })
+            .await?;
+    }
+    for tenant in ["shop", "rival"] {
+        let labels = format!("{{tenant=\"{tenant}\",queue=\"orders\"}}");
+        assert_eq!(
+            server
+                .metric(&format!("turnstile_deliveries_total{labels}"))
+                .await,
+            1.0
+        );
+        let in_flight = format!(
+            "turnstile_queue_tasks{{tenant=\"{tenant}\",queue=\"orders\",state=\"in_flight\"}}"
+        );
+        assert_eq!(server.metric(&in_flight).await, 1.0);
+    }
+    let body = server.scrape().await;
+    assert!(
+        !body.contains(shop_token) && !body.contains(rival_token),
+        "{body}"
+    );
+    Ok(())
+}

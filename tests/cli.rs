@@ -582,9 +582,11 @@ async fn work_runs_the_command_per_task_acks_success_and_nacks_failure_with_back
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn work_drains_on_sigterm_letting_the_running_task_finish_and_ack() -> TestResult {
     let redis = TestRedis::start().await;
-    // A short re-attach grace: the drain must keep the task leased past it.
+    // A short re-attach grace (the default is 10 s): the drain must keep the task
+    // leased past it. The worker extends every second while draining, so a grace
+    // above that is what it needs.
     let server = TestServer::start_with(&redis, |c| {
-        c.reattach_grace = Duration::from_millis(300);
+        c.reattach_grace = Duration::from_millis(1_500);
     })
     .await;
     enqueue(&server, "slow", vec![task("long", "x")]).await?;
@@ -619,7 +621,7 @@ async fn work_drains_on_sigterm_letting_the_running_task_finish_and_ack() -> Tes
     // Past the re-attach grace, the task is still leased to this worker.
     let in_flight = peek(&server, "slow", TaskState::InFlight).await?;
     assert_eq!(in_flight.len(), 1);
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
     let in_flight = peek(&server, "slow", TaskState::InFlight).await?;
     assert_eq!(in_flight.len(), 1, "the task went back while it still ran");
     assert!(

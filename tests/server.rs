@@ -53,10 +53,29 @@ async fn readiness_follows_redis_and_liveness_stays_serving() -> TestResult {
         ServingStatus::Serving
     );
 
+    server.wait_metric("turnstile_redis_up", 1.0).await;
     redis.kill().await;
     for service in services {
         wait_for(&mut health, service, ServingStatus::NotServing).await;
     }
+    server.wait_metric("turnstile_redis_up", 0.0).await;
+    // A call while Redis is down fails, and the failure is counted by kind.
+    let mut locks = server.locks().await;
+    let failed = locks
+        .describe(turnstile::pb::DescribeRequest {
+            name: "x".into(),
+            token: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(failed.code(), tonic::Code::Unavailable);
+    let mut errors = 0.0;
+    for kind in ["connection", "timeout"] {
+        errors += server
+            .metric(&format!("turnstile_redis_errors_total{{kind=\"{kind}\"}}"))
+            .await;
+    }
+    assert!(errors >= 1.0, "no redis error counted");
     assert_eq!(
         status(&mut health, "liveness").await,
         ServingStatus::Serving
@@ -267,5 +286,204 @@ async fn reflection_carries_the_proto_comments() -> TestResult {
             .any(|c| c.contains("The request of `Acquire`")),
         "{comments:?}"
     );
+    Ok(())
+}
+
+fn ms(ms: i64) -> Option<prost_types::Duration> {
+    common::ms(ms)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_known_traffic_by_method_code_stream_and_queue() -> TestResult {
+    use turnstile::pb::{self, TaskSpec};
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    server.wait_metric("turnstile_redis_up", 1.0).await;
+    let mut locks = server.locks().await;
+    let mut queues = server.queues().await;
+    let acquire = |owner: &str| pb::AcquireRequest {
+        name: "m".into(),
+        owner: owner.into(),
+        ttl: ms(60_000),
+        ..Default::default()
+    };
+    // Three Acquires answer OK (one of them not acquired), one Release is refused.
+    for owner in ["a", "b", "c"] {
+        locks.acquire(acquire(owner)).await?;
+    }
+    let refused = locks
+        .release(pb::ReleaseRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    let requests = |method: &str, code: &str| {
+        format!("turnstile_rpc_requests_total{{method=\"{method}\",code=\"{code}\"}}")
+    };
+    assert_eq!(server.metric(&requests("Acquire", "OK")).await, 3.0);
+    assert_eq!(
+        server
+            .metric(&requests("Release", "INVALID_ARGUMENT"))
+            .await,
+        1.0
+    );
+    assert_eq!(
+        server
+            .metric("turnstile_rpc_duration_seconds_count{method=\"Acquire\"}")
+            .await,
+        3.0
+    );
+    // A Hold counts as open while it is, and as one request when it ends.
+    let mut hold = locks
+        .hold(pb::HoldRequest {
+            name: "h".into(),
+            owner: "a".into(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    hold.next().await.expect("Acquired")?;
+    server
+        .wait_metric("turnstile_streams_open{kind=\"hold\"}", 1.0)
+        .await;
+    drop(hold);
+    server
+        .wait_metric("turnstile_streams_open{kind=\"hold\"}", 0.0)
+        .await;
+    server.wait_metric(&requests("Hold", "OK"), 1.0).await;
+
+    // Queue "mq": three tasks; two delivered, one given back and delivered again.
+    let spec = |id: &str, max_attempts: u32| TaskSpec {
+        id: id.into(),
+        max_attempts,
+        ..Default::default()
+    };
+    queues
+        .enqueue(pb::EnqueueRequest {
+            queue: "mq".into(),
+            tasks: vec![spec("1", 0), spec("2", 0), spec("3", 0)],
+        })
+        .await?;
+    let lease = |queue: &str, max_tasks: u32| pb::LeaseRequest {
+        queue: queue.into(),
+        max_tasks,
+        ..Default::default()
+    };
+    let leased = queues.lease(lease("mq", 2)).await?.into_inner().tasks;
+    queues
+        .nack(pb::NackRequest {
+            queue: "mq".into(),
+            receipt: leased[0].receipt.clone(),
+            delay: None,
+        })
+        .await?;
+    // The nacked task is due now, after task 3: both come in the next lease.
+    let again = queues.lease(lease("mq", 2)).await?.into_inner().tasks;
+    let attempts: Vec<u32> = again.iter().map(|t| t.attempt).collect();
+    assert_eq!(attempts, [1, 2]);
+    let queue_metric = |name: &str, queue: &str| format!("{name}{{queue=\"{queue}\"}}");
+    assert_eq!(
+        server
+            .metric(&queue_metric("turnstile_deliveries_total", "mq"))
+            .await,
+        4.0
+    );
+    assert_eq!(
+        server
+            .metric(&queue_metric("turnstile_redeliveries_total", "mq"))
+            .await,
+        1.0
+    );
+    let tasks = |queue: &str, state: &str| {
+        format!("turnstile_queue_tasks{{queue=\"{queue}\",state=\"{state}\"}}")
+    };
+    assert_eq!(server.metric(&tasks("mq", "ready")).await, 0.0);
+    assert_eq!(server.metric(&tasks("mq", "in_flight")).await, 3.0);
+    assert_eq!(server.metric(&tasks("mq", "dead")).await, 0.0);
+
+    // Queue "dq": a task with one attempt, nacked: a dead letter.
+    queues
+        .enqueue(pb::EnqueueRequest {
+            queue: "dq".into(),
+            tasks: vec![spec("x", 1)],
+        })
+        .await?;
+    let leased = queues.lease(lease("dq", 1)).await?.into_inner().tasks;
+    queues
+        .nack(pb::NackRequest {
+            queue: "dq".into(),
+            receipt: leased[0].receipt.clone(),
+            delay: None,
+        })
+        .await?;
+    assert_eq!(
+        server
+            .metric(&queue_metric("turnstile_dead_letters_total", "dq"))
+            .await,
+        1.0
+    );
+    assert_eq!(server.metric(&tasks("dq", "dead")).await, 1.0);
+    // Redriven and dead again: the counter counts deaths, not the dead now.
+    queues
+        .redrive(pb::RedriveRequest {
+            queue: "dq".into(),
+            ids: vec![],
+        })
+        .await?;
+    let leased = queues.lease(lease("dq", 1)).await?.into_inner().tasks;
+    queues
+        .nack(pb::NackRequest {
+            queue: "dq".into(),
+            receipt: leased[0].receipt.clone(),
+            delay: None,
+        })
+        .await?;
+    assert_eq!(
+        server
+            .metric(&queue_metric("turnstile_dead_letters_total", "dq"))
+            .await,
+        2.0
+    );
+    assert_eq!(server.metric(&tasks("dq", "dead")).await, 1.0);
+
+    // A Subscribe push: a delivery and one lateness observation.
+    let mut stream = queues
+        .subscribe(pb::SubscribeRequest {
+            queue: "sq".into(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    server
+        .wait_metric("turnstile_streams_open{kind=\"subscribe\"}", 1.0)
+        .await;
+    queues
+        .enqueue(pb::EnqueueRequest {
+            queue: "sq".into(),
+            tasks: vec![spec("s", 0)],
+        })
+        .await?;
+    loop {
+        let message = stream.next().await.expect("a message")?;
+        if matches!(message.event, Some(pb::subscribe_response::Event::Task(_))) {
+            break;
+        }
+    }
+    server
+        .wait_metric(&queue_metric("turnstile_deliveries_total", "sq"), 1.0)
+        .await;
+    assert_eq!(
+        server
+            .metric("turnstile_delivery_lateness_seconds_count")
+            .await,
+        1.0
+    );
+    // No tenant label without auth; only queues some RPC named are reported.
+    let body = server.scrape().await;
+    assert!(!body.contains("tenant="), "{body}");
+    let reported = body
+        .lines()
+        .filter(|l| l.starts_with("turnstile_queue_tasks{") && l.contains("state=\"ready\""))
+        .count();
+    assert_eq!(reported, 3, "{body}");
     Ok(())
 }

@@ -16,20 +16,26 @@ use tonic::{
 };
 
 use super::{Auth, Caller};
-use crate::error::Error;
+use crate::{error::Error, metrics::Metrics};
 
-/// A service whose calls must pass [`Auth::check`]; the [`Caller`] goes in the
-/// request's extensions, a refusal is answered here as a gRPC status.
+/// A service whose calls must pass [`Auth::check`]; the [`Caller`] (and the
+/// [`Metrics`], for `rpc.rs`) go in the request's extensions, a refusal is answered
+/// here as a gRPC status and counted.
 #[derive(Clone, Debug)]
 pub struct Authorized<S> {
     inner: S,
     auth: Auth,
+    metrics: Metrics,
 }
 
 impl<S> Authorized<S> {
-    /// `inner`, guarded by `auth`.
-    pub fn new(inner: S, auth: Auth) -> Self {
-        Self { inner, auth }
+    /// `inner`, guarded by `auth`, its calls counted in `metrics`.
+    pub fn new(inner: S, auth: Auth, metrics: Metrics) -> Self {
+        Self {
+            inner,
+            auth,
+            metrics,
+        }
     }
 }
 
@@ -55,11 +61,15 @@ where
         match self.auth.check(request.uri().path(), authorization) {
             Some(Ok(caller)) => {
                 request.extensions_mut().insert(caller);
+                request.extensions_mut().insert(self.metrics.clone());
                 Box::pin(self.inner.call(request))
             }
             Some(Err(err)) => {
-                tracing::debug!(method = request.uri().path(), cause = %err, "call refused");
+                let path = request.uri().path();
+                tracing::debug!(method = path, cause = %err, "call refused");
                 let status: Status = err.into();
+                let method = path.rsplit('/').next().unwrap_or_default();
+                self.metrics.request(method, status.code());
                 Box::pin(std::future::ready(Ok(status.into_http())))
             }
             // Not one of our methods: tonic answers UNIMPLEMENTED.

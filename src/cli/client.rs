@@ -9,7 +9,7 @@ use tonic::{
     metadata::AsciiMetadataValue,
     service::interceptor::InterceptedService,
     transport::{Certificate, Channel, ClientTlsConfig, Endpoint},
-    Code, Request, Status,
+    Request, Status,
 };
 use turnstile::pb::{
     lock_service_client::LockServiceClient, queue_service_client::QueueServiceClient,
@@ -77,7 +77,11 @@ pub struct Failure {
 impl From<Status> for Failure {
     fn from(status: Status) -> Self {
         Failure {
-            message: format!("{}: {}", code_name(status.code()), status.message()),
+            message: format!(
+                "{}: {}",
+                turnstile::error::code_name(status.code()),
+                status.message()
+            ),
             code: 1,
         }
     }
@@ -104,30 +108,6 @@ pub fn finish(outcome: Outcome) -> ExitCode {
             eprintln!("turnstile: {}", failure.message);
             ExitCode::from(failure.code)
         }
-    }
-}
-
-/// The status name as gRPC spells it (`UNAVAILABLE`), as grpcurl and the other
-/// languages' clients print it.
-pub fn code_name(code: Code) -> &'static str {
-    match code {
-        Code::Ok => "OK",
-        Code::Cancelled => "CANCELLED",
-        Code::Unknown => "UNKNOWN",
-        Code::InvalidArgument => "INVALID_ARGUMENT",
-        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
-        Code::NotFound => "NOT_FOUND",
-        Code::AlreadyExists => "ALREADY_EXISTS",
-        Code::PermissionDenied => "PERMISSION_DENIED",
-        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
-        Code::FailedPrecondition => "FAILED_PRECONDITION",
-        Code::Aborted => "ABORTED",
-        Code::OutOfRange => "OUT_OF_RANGE",
-        Code::Unimplemented => "UNIMPLEMENTED",
-        Code::Internal => "INTERNAL",
-        Code::Unavailable => "UNAVAILABLE",
-        Code::DataLoss => "DATA_LOSS",
-        Code::Unauthenticated => "UNAUTHENTICATED",
     }
 }
 

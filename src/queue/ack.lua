@@ -1,5 +1,5 @@
 -- ack.lua: finish deliveries by receipt; a stale receipt changes nothing.
--- KEYS[1..8] as in prelude.lua
+-- KEYS[1..9] as in prelude.lua
 -- ARGV[1] the slot-freed channel, then the receipts
 -- Clock: Redis TIME (a lease that ran out makes its receipt stale).
 -- Returns one 0/1 per receipt; publishes each Subscribe tag that got slots back,

@@ -60,9 +60,11 @@ impl QueueApi {
     }
 }
 
-fn queue_name(queue: &str) -> Result<&str> {
+/// The validated queue name, recorded on the span and as seen for the metrics.
+fn queue_name<'a>(call: &rpc::Call, queue: &'a str) -> Result<&'a str> {
     let queue = validate::name("queue", queue)?;
     record("queue", queue);
+    call.metrics.seen(&call.tenant, queue);
     Ok(queue)
 }
 
@@ -164,7 +166,7 @@ impl QueueService for QueueApi {
         request: Request<pb::EnqueueRequest>,
     ) -> Result<Response<pb::EnqueueResponse>, Status> {
         rpc::unary("Enqueue", Bound::Race, request, |call, r| async move {
-            let queue = queue_name(&r.queue)?;
+            let queue = queue_name(&call, &r.queue)?;
             if r.tasks.is_empty() || r.tasks.len() > MAX_BATCH {
                 return Err(Error::invalid(
                     "tasks",
@@ -203,7 +205,7 @@ impl QueueService for QueueApi {
         request: Request<pb::LeaseRequest>,
     ) -> Result<Response<pb::LeaseResponse>, Status> {
         rpc::unary("Lease", Bound::Own, request, |call, r| async move {
-            let queue = queue_name(&r.queue)?;
+            let queue = queue_name(&call, &r.queue)?;
             let spec = LeaseSpec {
                 max_tasks: validate::count("max_tasks", r.max_tasks, 1, MAX_TASKS)?,
                 visibility: validate::duration("visibility", r.visibility.as_ref(), VISIBILITY)?,
@@ -216,6 +218,8 @@ impl QueueService for QueueApi {
                 .lease(queue, spec, wait, call.deadline)
                 .await?;
             record_count(tasks.len());
+            call.metrics
+                .delivered(&call.tenant, queue, tasks.iter().map(|t| t.attempt));
             Ok(pb::LeaseResponse {
                 tasks: tasks.into_iter().map(task_message).collect(),
             })
@@ -228,7 +232,7 @@ impl QueueService for QueueApi {
         request: Request<pb::AckRequest>,
     ) -> Result<Response<pb::AckResponse>, Status> {
         rpc::unary("Ack", Bound::Race, request, |call, r| async move {
-            let queue = queue_name(&r.queue)?;
+            let queue = queue_name(&call, &r.queue)?;
             if r.receipts.len() > MAX_BATCH {
                 return Err(Error::invalid(
                     "receipts",
@@ -254,7 +258,7 @@ impl QueueService for QueueApi {
         request: Request<pb::NackRequest>,
     ) -> Result<Response<pb::NackResponse>, Status> {
         rpc::unary("Nack", Bound::Race, request, |call, r| async move {
-            let queue = queue_name(&r.queue)?;
+            let queue = queue_name(&call, &r.queue)?;
             let receipt = validate::token("receipt", &r.receipt)?;
             let delay = validate::duration("delay", r.delay.as_ref(), DELAY)?;
             let nacked = self
@@ -275,7 +279,7 @@ impl QueueService for QueueApi {
         request: Request<pb::ExtendLeaseRequest>,
     ) -> Result<Response<pb::ExtendLeaseResponse>, Status> {
         rpc::unary("ExtendLease", Bound::Race, request, |call, r| async move {
-            let queue = queue_name(&r.queue)?;
+            let queue = queue_name(&call, &r.queue)?;
             let receipt = validate::token("receipt", &r.receipt)?;
             let visibility = validate::duration("visibility", r.visibility.as_ref(), VISIBILITY)?;
             let until = self
@@ -296,7 +300,7 @@ impl QueueService for QueueApi {
         request: Request<pb::PeekRequest>,
     ) -> Result<Response<pb::PeekResponse>, Status> {
         rpc::unary("Peek", Bound::Race, request, |call, r| async move {
-            let queue = queue_name(&r.queue)?;
+            let queue = queue_name(&call, &r.queue)?;
             let state = match pb::TaskState::try_from(r.state) {
                 Ok(pb::TaskState::Unspecified | pb::TaskState::Ready) => TaskState::Ready,
                 Ok(pb::TaskState::Delayed) => TaskState::Delayed,
@@ -328,7 +332,7 @@ impl QueueService for QueueApi {
         request: Request<pb::CancelRequest>,
     ) -> Result<Response<pb::CancelResponse>, Status> {
         rpc::unary("Cancel", Bound::Race, request, |call, r| async move {
-            let queue = queue_name(&r.queue)?;
+            let queue = queue_name(&call, &r.queue)?;
             if r.ids.is_empty() || r.ids.len() > MAX_BATCH {
                 return Err(Error::invalid(
                     "ids",
@@ -352,7 +356,7 @@ impl QueueService for QueueApi {
         request: Request<pb::RedriveRequest>,
     ) -> Result<Response<pb::RedriveResponse>, Status> {
         rpc::unary("Redrive", Bound::Race, request, |call, r| async move {
-            let queue = queue_name(&r.queue)?;
+            let queue = queue_name(&call, &r.queue)?;
             if r.ids.len() > MAX_BATCH {
                 return Err(Error::invalid("ids", format!("at most {MAX_BATCH} ids")));
             }
@@ -372,7 +376,7 @@ impl QueueService for QueueApi {
         request: Request<pb::StatsRequest>,
     ) -> Result<Response<pb::StatsResponse>, Status> {
         rpc::unary("Stats", Bound::Race, request, |call, r| async move {
-            let queue = queue_name(&r.queue)?;
+            let queue = queue_name(&call, &r.queue)?;
             let stats = self.store.tenant(&call.tenant).stats(queue).await?;
             Ok(pb::StatsResponse {
                 ready: stats.ready,
@@ -393,7 +397,7 @@ impl QueueService for QueueApi {
         request: Request<pb::SubscribeRequest>,
     ) -> Result<Response<Self::SubscribeStream>, Status> {
         rpc::stream("Subscribe", self.heartbeat, request, |call, r| {
-            let queue = queue_name(&r.queue)?;
+            let queue = queue_name(&call, &r.queue)?;
             let worker_id = validate::optional_id("worker_id", &r.worker_id)?;
             let spec = SubscribeSpec {
                 max_in_flight: validate::count("max_in_flight", r.max_in_flight, 1, MAX_TASKS)?,
@@ -401,9 +405,15 @@ impl QueueService for QueueApi {
                 worker_id: (!worker_id.is_empty()).then(|| worker_id.to_owned()),
             };
             let deliveries = self.scheduler.subscribe(&call.tenant, queue, spec)?;
-            Ok(deliveries.map(|task| {
-                task.map(|task| pb::SubscribeResponse {
-                    event: Some(pb::subscribe_response::Event::Task(task_message(task))),
+            let (metrics, tenant, queue) = (call.metrics, call.tenant, queue.to_owned());
+            Ok(deliveries.map(move |task| {
+                task.map(|task| {
+                    metrics.delivered(&tenant, &queue, std::iter::once(task.attempt));
+                    let late = now_ms() - task.due_at_ms;
+                    metrics.pushed(Duration::from_millis(late.max(0) as u64));
+                    pb::SubscribeResponse {
+                        event: Some(pb::subscribe_response::Event::Task(task_message(task))),
+                    }
                 })
             }))
         })

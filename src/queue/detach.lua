@@ -2,7 +2,7 @@
 -- holds: a newer stream of the same worker may have taken them over) go back at
 -- their original due time, or die on their last attempt; or, with a grace, stay
 -- leased to the tag until now + grace so the worker can re-attach.
--- KEYS[1..8] as in prelude.lua
+-- KEYS[1..9] as in prelude.lua
 -- ARGV[1] the queue-changed channel, ARGV[2] its message, ARGV[3] grace ms (0: give
 -- back now), then 2 per stream: tag, session
 -- Clock: Redis TIME.

@@ -2,7 +2,7 @@
 -- streams (in the order given) while they have free slots, first returning expired
 -- leases. A stream's free slots are its max_in_flight less the deliveries its tag
 -- holds now (on any replica), so an Ack anywhere frees a slot without telling us.
--- KEYS[1..8] as in prelude.lua
+-- KEYS[1..9] as in prelude.lua
 -- ARGV[1] receipt prefix (random, per call), ARGV[2] the most payload bytes to
 -- return (always at least one task), then 4 per stream: tag, session,
 -- max_in_flight, visibility ms

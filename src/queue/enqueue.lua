@@ -1,5 +1,5 @@
 -- enqueue.lua: add a batch of tasks atomically, deduplicated by id.
--- KEYS[1..8] as in prelude.lua
+-- KEYS[1..9] as in prelude.lua
 -- ARGV[1] the queue-changed channel, ARGV[2] the message (the pending key)
 -- then 7 per task: id, payload, schedule ('n' now | 'd' delay ms | 'a' due at ms),
 --   schedule value, policy ('k' keep | 'r' replace | 'u' unique: a fresh random id

@@ -1,5 +1,5 @@
 -- extend_lease.lua: push a live delivery's lease end to now + visibility.
--- KEYS[1..8] as in prelude.lua
+-- KEYS[1..9] as in prelude.lua
 -- ARGV[1] receipt, ARGV[2] visibility ms
 -- Clock: Redis TIME.
 -- Returns {1, lease end ms} extended, {0} stale receipt.

@@ -190,4 +190,6 @@ pub struct Stats {
     pub oldest_ready_at_ms: Option<i64>,
     /// Due time of the next DELAYED task.
     pub next_due_at_ms: Option<i64>,
+    /// Tasks that ever went DEAD in this queue (the dead-letter counter).
+    pub dead_letters: u64,
 }

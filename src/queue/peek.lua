@@ -1,6 +1,6 @@
 -- peek.lua: look at tasks of one state without taking them, in delivery order
 -- (expired leases are returned first, as Lease would).
--- KEYS[1..8] as in prelude.lua
+-- KEYS[1..9] as in prelude.lua
 -- ARGV[1] state ('ready' | 'delayed' | 'in_flight' | 'dead'), ARGV[2] limit,
 -- ARGV[3] the most payload bytes to return (always at least one task)
 -- Clock: Redis TIME.

@@ -11,6 +11,7 @@
 --   KEYS[7] seq       string, the enqueue counter (ties leave in enqueue order)
 --   KEYS[8] leased    zset  "<tag>\0<id>", all score 0: Subscribe deliveries by tag, so a
 --                           stream's count (ZLEXCOUNT) and tasks (ZRANGEBYLEX) are cheap
+--   KEYS[9] counters  hash  dead -> tasks that ever went DEAD (the dead-letter metric)
 -- Clock: Redis TIME, in ms.
 --
 -- Speed: a script's cost here is Lua, not the commands it runs (measured on Redis
@@ -285,6 +286,7 @@ local function give_back(id, meta, due)
   if meta.att >= meta.max then
     meta.st = 'd'
     redis.call('ZADD', KEYS[3], meta.due, member_of(meta, id))
+    redis.call('HINCRBY', KEYS[9], 'dead', 1)
   else
     meta.st = 'p'
     meta.due = due

@@ -99,7 +99,7 @@ pub(super) fn dispatched(reply: &[Value], streams: usize) -> Result<Dispatched> 
 
 /// `stats.lua`: ready, delayed, in flight, dead, oldest ready (-1), next due (-1).
 pub(super) fn stats(r: &[i64]) -> Result<Stats> {
-    if r.len() != 6 {
+    if r.len() != 7 {
         return Err(Error::Internal(format!("stats replied {} values", r.len())));
     }
     Ok(Stats {
@@ -109,6 +109,7 @@ pub(super) fn stats(r: &[i64]) -> Result<Stats> {
         dead: r[3] as u64,
         oldest_ready_at_ms: (r[4] >= 0).then_some(r[4]),
         next_due_at_ms: (r[5] >= 0).then_some(r[5]),
+        dead_letters: r[6] as u64,
     })
 }
 

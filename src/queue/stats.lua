@@ -1,9 +1,10 @@
 -- stats.lua: queue depths (expired leases are returned first, as Lease would).
--- KEYS[1..8] as in prelude.lua
+-- KEYS[1..9] as in prelude.lua
 -- No ARGV. Clock: Redis TIME.
 -- A run that returned a full run's worth of expired leases answers AGAIN and does
 -- nothing else (prelude.lua reclaim()); the store runs it again.
--- Returns {ready, delayed, in_flight, dead, oldest_ready_at (-1 none), next_due_at (-1 none)}.
+-- Returns {ready, delayed, in_flight, dead, oldest_ready_at (-1 none), next_due_at (-1 none),
+-- dead letters ever}.
 local now = now_ms()
 if reclaim(now) then
   return again()
@@ -19,4 +20,6 @@ local later = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCOR
 if later[2] then
   next_due = tonumber(later[2])
 end
-return {ready, delayed, redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]), oldest, next_due}
+local dead_letters = tonumber(redis.call('HGET', KEYS[9], 'dead') or '0')
+return {ready, delayed, redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]), oldest, next_due,
+  dead_letters}

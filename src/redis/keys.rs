@@ -44,8 +44,8 @@ pub struct LockKeys {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QueueKeys {
     /// Every key, in script order: pending, inflight, dead, tasks, payloads, reserved,
-    /// seq, leased.
-    pub all: [String; 8],
+    /// seq, leased, counters.
+    pub all: [String; 9],
 }
 
 impl QueueKeys {
@@ -124,6 +124,7 @@ impl Keys {
         QueueKeys {
             all: [
                 "pending", "inflight", "dead", "tasks", "payloads", "reserved", "seq", "leased",
+                "counters",
             ]
             .map(|part| format!("{base}:{part}")),
         }

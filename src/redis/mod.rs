@@ -131,6 +131,67 @@ pub struct Redis {
     pub keys: Keys,
     /// Where Redis is (address, TLS, ACL user), for the dedicated pub/sub connection.
     info: redis::ConnectionInfo,
+    /// Failed commands by kind, for `turnstile_redis_errors_total`.
+    pub errors: ErrorCounts,
+}
+
+/// How a Redis command failed, for the metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// No answer within `--redis-timeout` (or no connection from the pool in time).
+    Timeout,
+    /// Refused, dropped or broken connections.
+    Connection,
+    /// Redis answered that it cannot serve now (loading, busy script, failover, read-only).
+    Busy,
+    /// Anything else (a script error, an unexpected reply).
+    Other,
+}
+
+impl ErrorKind {
+    /// Every kind, in the metrics' order.
+    pub const ALL: [ErrorKind; 4] = [Self::Timeout, Self::Connection, Self::Busy, Self::Other];
+
+    /// The `kind` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Timeout => "timeout",
+            Self::Connection => "connection",
+            Self::Busy => "busy",
+            Self::Other => "other",
+        }
+    }
+
+    fn of(err: &redis::RedisError) -> Self {
+        if err.is_timeout() {
+            Self::Timeout
+        } else if err.is_io_error()
+            || err.is_connection_dropped()
+            || err.is_connection_refusal()
+            || err.is_unrecoverable_error()
+        {
+            Self::Connection
+        } else if matches!(Error::from(err.clone()), Error::Unavailable(_)) {
+            Self::Busy
+        } else {
+            Self::Other
+        }
+    }
+}
+
+/// Failed commands by [`ErrorKind`], shared by every clone of a [`Redis`].
+#[derive(Clone, Debug, Default)]
+pub struct ErrorCounts(Arc<[AtomicUsize; 4]>);
+
+impl ErrorCounts {
+    fn add(&self, kind: ErrorKind) {
+        self.0[kind as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Failures of `kind` since start.
+    pub fn get(&self, kind: ErrorKind) -> usize {
+        self.0[kind as usize].load(Ordering::Relaxed)
+    }
 }
 
 /// One of the sockets in use: empty until first used or after it broke.
@@ -165,6 +226,7 @@ impl Redis {
             timeout,
             keys,
             info,
+            errors: ErrorCounts::default(),
         })
     }
 
@@ -198,7 +260,13 @@ impl Redis {
             }
         }
         let fresh = loop {
-            let fresh = self.pool.get_owned().await?;
+            let fresh = self.pool.get_owned().await.map_err(|err| {
+                self.errors.add(match &err {
+                    bb8::RunError::User(err) => ErrorKind::of(err),
+                    bb8::RunError::TimedOut => ErrorKind::Timeout,
+                });
+                Error::from(err)
+            })?;
             if !fresh.broken.load(Ordering::Relaxed) {
                 break fresh;
             }
@@ -238,21 +306,21 @@ impl Redis {
     ) -> Result<T> {
         let mut conn = self.conn(key).await?;
         let reply = invocation.invoke_async(&mut conn.mux).await;
-        conn.finish(reply, self.timeout)
+        conn.finish(reply, self.timeout, &self.errors)
     }
 
     /// Runs one plain command with the Redis timeout.
     pub async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
         let mut conn = self.conn(None).await?;
         let reply = cmd.query_async(&mut conn.mux).await;
-        conn.finish(reply, self.timeout)
+        conn.finish(reply, self.timeout, &self.errors)
     }
 
     /// Runs a pipeline of plain commands whose replies are ignored, with the Redis timeout.
     pub async fn query_pipe(&self, pipe: &redis::Pipeline) -> Result<()> {
         let mut conn = self.conn(None).await?;
         let reply = pipe.query_async(&mut conn.mux).await;
-        conn.finish(reply, self.timeout)
+        conn.finish(reply, self.timeout, &self.errors)
     }
 
     /// `SCRIPT LOAD`s every script, so the first request runs by SHA at once.
@@ -264,7 +332,7 @@ impl Redis {
                 .prepare_invoke()
                 .load_async(&mut conn.mux)
                 .await;
-            conn.finish(reply, self.timeout)?;
+            conn.finish(reply, self.timeout, &self.errors)?;
         }
         Ok(())
     }
@@ -324,8 +392,14 @@ fn socket_of(key: &str) -> usize {
 impl Conn {
     /// Turns a reply into our result, flagging the socket on connection trouble. The
     /// connection's own response timeout (`--redis-timeout`) bounds every command.
-    fn finish<T>(&self, reply: redis::RedisResult<T>, timeout: Duration) -> Result<T> {
+    fn finish<T>(
+        &self,
+        reply: redis::RedisResult<T>,
+        timeout: Duration,
+        errors: &ErrorCounts,
+    ) -> Result<T> {
         reply.map_err(|err| {
+            errors.add(ErrorKind::of(&err));
             if err.is_io_error() || err.is_connection_dropped() || err.is_unrecoverable_error() {
                 // A socket that stopped answering may be half-open: start a fresh one.
                 self.broken.store(true, Ordering::Relaxed);

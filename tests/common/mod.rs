@@ -268,8 +268,8 @@ impl TestServer {
         panic!("server never became ready");
     }
 
-    /// The value of an unlabelled metric from a scrape of `/metrics`.
-    pub async fn metric(&self, name: &str) -> f64 {
+    /// The body of a scrape of `/metrics`.
+    pub async fn scrape(&self) -> String {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let mut socket = tokio::net::TcpStream::connect(self.metrics)
             .await
@@ -283,6 +283,12 @@ impl TestServer {
             .read_to_string(&mut body)
             .await
             .expect("metrics reply");
+        body
+    }
+
+    /// The value of a metric (`name` with its labels, as the scrape spells them).
+    pub async fn metric(&self, name: &str) -> f64 {
+        let body = self.scrape().await;
         body.lines()
             .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
             .and_then(|value| value.trim().parse().ok())

@@ -1,5 +1,5 @@
 //! `GET /metrics` (and `HEAD`, for probes) in the Prometheus text format on
-//! `--metrics-listen`: open streams, waiting calls, open and refused connections. A
+//! `--metrics-listen` (the families: see the module above). A
 //! query string is ignored, as scrapers add their own. A tiny HTTP/1.1 responder,
 //! since a scrape is one request on a fresh connection and an HTTP framework would
 //! cost more to build than the whole endpoint.
@@ -9,15 +9,14 @@ use tokio::{
     net::TcpListener,
 };
 
-use crate::{connections::ConnectionLimit, limits::Limits, shutdown::Shutdown};
+use std::sync::Arc;
 
-/// Serves scrapes on `listener` until shutdown.
-pub fn spawn(
-    listener: TcpListener,
-    limits: Limits,
-    connections: ConnectionLimit,
-    shutdown: &Shutdown,
-) {
+use super::{Metrics, Sources};
+use crate::shutdown::Shutdown;
+
+/// Serves scrapes of `metrics` (and `sources`) on `listener` until shutdown.
+pub fn spawn(listener: TcpListener, metrics: Metrics, sources: Sources, shutdown: &Shutdown) {
+    let sources = Arc::new(sources);
     let task_shutdown = shutdown.clone();
     shutdown.spawn(async move {
         loop {
@@ -31,10 +30,11 @@ pub fn spawn(
                 },
                 () = task_shutdown.cancelled() => return,
             };
-            let body = render(&limits, &connections);
+            let (metrics, sources) = (metrics.clone(), sources.clone());
             tokio::spawn(async move {
                 let mut request = [0u8; 1024];
                 let read = socket.read(&mut request).await.unwrap_or(0);
+                let body = metrics.render(&sources).await;
                 let response = respond(&request[..read], &body);
                 let _ = socket.write_all(response.as_bytes()).await;
             });
@@ -61,27 +61,6 @@ fn respond(request: &[u8], body: &str) -> String {
     };
     format!(
         "HTTP/1.1 {status}\r\ncontent-type: text/plain; version=0.0.4\r\ncontent-length: {length}\r\nconnection: close\r\n\r\n{body}"
-    )
-}
-
-fn render(limits: &Limits, connections: &ConnectionLimit) -> String {
-    format!(
-        "# HELP turnstile_open_streams Open Hold and Subscribe streams.\n\
-         # TYPE turnstile_open_streams gauge\n\
-         turnstile_open_streams {}\n\
-         # HELP turnstile_waiting_calls Acquire and Hold calls waiting on a held lock.\n\
-         # TYPE turnstile_waiting_calls gauge\n\
-         turnstile_waiting_calls {}\n\
-         # HELP turnstile_open_connections Open client connections.\n\
-         # TYPE turnstile_open_connections gauge\n\
-         turnstile_open_connections {}\n\
-         # HELP turnstile_refused_connections_total Connections closed at once past --max-connections.\n\
-         # TYPE turnstile_refused_connections_total counter\n\
-         turnstile_refused_connections_total {}\n",
-        limits.open_streams(),
-        limits.waiting(),
-        connections.open(),
-        connections.refused(),
     )
 }
 
