@@ -1,0 +1,164 @@
+//! Clients in other languages against a real server: Python (grpcio, stubs generated
+//! from `proto/` at test time) and Node (`@grpc/grpc-js` with `@grpc/proto-loader`),
+//! each doing a lock round trip, Hold with a re-attach by token, Enqueue, Subscribe and
+//! Ack (`tests/interop/`). Their toolchains are set up once per target directory
+//! (a venv, a node_modules); where one cannot be installed the test says why and skips.
+
+mod common;
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use common::{TempDir, TestRedis, TestResult, TestServer};
+
+/// Where the toolchains are kept between runs.
+fn cache() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+}
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs a set-up step; why it failed, for the skip message.
+fn step(command: &mut Command, what: &str) -> Result<(), String> {
+    let output = command
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|err| format!("{what}: {err}"))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what}: {}\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        ))
+    }
+}
+
+/// A venv with grpcio and grpcio-tools, made once; its python.
+pub fn python_env() -> Result<PathBuf, String> {
+    let venv = cache().join("interop-python");
+    let python = venv.join("bin").join("python");
+    let ready = venv.join(".installed");
+    if !ready.exists() {
+        let _ = std::fs::remove_dir_all(&venv);
+        step(
+            Command::new("python3").args(["-m", "venv"]).arg(&venv),
+            "python3 -m venv",
+        )?;
+        step(
+            Command::new(&python).args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "grpcio",
+                "grpcio-tools",
+            ]),
+            "pip install grpcio grpcio-tools",
+        )?;
+        std::fs::write(&ready, "").map_err(|err| err.to_string())?;
+    }
+    Ok(python)
+}
+
+/// `@grpc/grpc-js` and `@grpc/proto-loader` installed once; the node_modules dir.
+pub fn node_env() -> Result<PathBuf, String> {
+    let dir = cache().join("interop-node");
+    let ready = dir.join(".installed");
+    if !ready.exists() {
+        step(Command::new("node").arg("--version"), "node")?;
+        std::fs::create_dir_all(&dir).map_err(|err| err.to_string())?;
+        std::fs::copy(
+            repo().join("tests/interop/node/package.json"),
+            dir.join("package.json"),
+        )
+        .map_err(|err| err.to_string())?;
+        step(
+            Command::new("npm")
+                .args(["install", "--silent", "--no-audit", "--no-fund"])
+                .current_dir(&dir),
+            "npm install",
+        )?;
+        std::fs::write(&ready, "").map_err(|err| err.to_string())?;
+    }
+    Ok(dir.join("node_modules"))
+}
+
+/// Says why a test does not run, where `cargo test` shows it.
+fn skip(test: &str, why: &str) -> TestResult {
+    eprintln!("SKIPPED {test}: its toolchain could not be set up: {why}");
+    Ok(())
+}
+
+/// Runs a client to its end (bounded); panics with its output unless it succeeded.
+async fn run_client(command: &mut tokio::process::Command, expect: &str) -> TestResult {
+    let output = tokio::time::timeout(Duration::from_secs(120), command.output())
+        .await
+        .expect("the client ends within 120 s")?;
+    let (out, err) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    assert!(output.status.success(), "{}\n{out}\n{err}", output.status);
+    assert!(out.contains(expect), "{out}\n{err}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_client_generated_from_the_protos_holds_reattaches_and_works_a_queue() -> TestResult
+{
+    let python = match tokio::task::spawn_blocking(python_env).await? {
+        Ok(python) => python,
+        Err(why) => return skip("python interop", &why),
+    };
+    let stubs = TempDir::new("py-stubs");
+    let proto = repo().join("proto");
+    let protos: Vec<PathBuf> = ["common", "lock", "queue"]
+        .iter()
+        .map(|f| proto.join(format!("turnstile/v1/{f}.proto")))
+        .collect();
+    step(
+        Command::new(&python)
+            .args(["-m", "grpc_tools.protoc", "-I"])
+            .arg(&proto)
+            .arg(format!("--python_out={}", stubs.0.display()))
+            .arg(format!("--grpc_python_out={}", stubs.0.display()))
+            .args(&protos),
+        "protoc for python",
+    )?;
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    run_client(
+        tokio::process::Command::new(&python)
+            .arg(repo().join("tests/interop/python/interop.py"))
+            .arg(&stubs.0)
+            .arg(server.addr.to_string()),
+        "python interop ok",
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_client_loading_the_protos_holds_reattaches_and_works_a_queue() -> TestResult {
+    let modules = match tokio::task::spawn_blocking(node_env).await? {
+        Ok(modules) => modules,
+        Err(why) => return skip("node interop", &why),
+    };
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    run_client(
+        tokio::process::Command::new("node")
+            .arg(repo().join("tests/interop/node/interop.js"))
+            .arg(repo().join("proto"))
+            .arg(server.addr.to_string())
+            .env("NODE_PATH", &modules),
+        "node interop ok",
+    )
+    .await
+}
