@@ -57,7 +57,9 @@ fn set_up(dir: &Path, setup: &str, done: &str) -> bool {
         std::os::unix::fs::symlink(Path::new(env!("CARGO_MANIFEST_DIR")).join("proto"), &proto)
             .unwrap();
     }
-    if dir.join(done).exists() {
+    // Done before, from the protos as they are now (stubs made from older protos
+    // would lack new fields).
+    if fresh(&dir.join(done)) {
         return true;
     }
     let output = Command::new("bash")
@@ -90,6 +92,18 @@ fn set_up(dir: &Path, setup: &str, done: &str) -> bool {
         panic!("the README's set-up failed:\n{why}");
     }
     true
+}
+
+/// Whether `made` exists and is newer than every file of `proto/`.
+fn fresh(made: &Path) -> bool {
+    let Ok(made) = std::fs::metadata(made).and_then(|m| m.modified()) else {
+        return false;
+    };
+    let protos = Path::new(env!("CARGO_MANIFEST_DIR")).join("proto/turnstile/v1");
+    std::fs::read_dir(protos)
+        .expect("proto dir")
+        .filter_map(|entry| entry.ok()?.metadata().ok()?.modified().ok())
+        .all(|changed| changed <= made)
 }
 
 /// Runs one example, `command` given its file (written into `dir` as `example_<line>`
@@ -285,5 +299,142 @@ async fn the_readme_node_example_runs_as_printed() -> TestResult {
     ] {
         assert!(printed.contains(wanted), "no {wanted:?} in {printed}");
     }
+    Ok(())
+}
+
+/// Runs one `sh` block with bash in `dir`, the built binary first on `PATH`; with
+/// `until`, stops it once its output (stdout and stderr) has a line containing that.
+/// Returns everything it printed.
+async fn run_shell(
+    dir: &Path,
+    (line, code): (usize, &str),
+    server: &str,
+    until: Option<&str>,
+) -> Vec<String> {
+    use tokio::io::{AsyncBufReadExt, BufReader as AsyncBufReader};
+    let bin_dir = Path::new(common::BIN)
+        .parent()
+        .expect("the binary's directory");
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut child = tokio::process::Command::new("bash")
+        .args(["-eo", "pipefail", "-c", code])
+        .current_dir(dir)
+        .env("PATH", path)
+        .env("TURNSTILE_SERVER", server)
+        .env_remove("TURNSTILE_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("bash");
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let out = child.stdout.take().unwrap();
+    let err = child.stderr.take().unwrap();
+    for pipe in [
+        Box::new(out) as Box<dyn tokio::io::AsyncRead + Unpin + Send>,
+        Box::new(err),
+    ] {
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let mut lines = AsyncBufReader::new(pipe).lines();
+            while let Ok(Some(printed)) = lines.next_line().await {
+                let _ = tx.send(printed);
+            }
+        });
+    }
+    drop(tx);
+    let mut printed = Vec::new();
+    let ended = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(text) = rx.recv().await {
+            let found = until.is_some_and(|wanted| text.contains(wanted));
+            printed.push(text);
+            if found {
+                return true;
+            }
+        }
+        false
+    })
+    .await
+    .unwrap_or(false);
+    match until {
+        Some(wanted) => {
+            assert!(
+                ended,
+                "README line {line}: never printed {wanted:?}: {printed:?}"
+            );
+            let _ = child.kill().await;
+        }
+        None => {
+            let status = child.wait().await.expect("bash ran");
+            assert!(
+                status.success(),
+                "README line {line} failed ({status}): {printed:?}"
+            );
+        }
+    }
+    printed
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_shell_blocks_run_as_printed() -> TestResult {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))?;
+    // The guides' set-up blocks are run by the guide tests above.
+    let setups = [
+        setup_block(&readme, "### From Python"),
+        setup_block(&readme, "### From Node"),
+    ];
+    let blocks: Vec<(usize, String)> = blocks(&readme, "sh")
+        .into_iter()
+        .filter(|(_, code)| !setups.contains(code))
+        .collect();
+    assert!(blocks.len() >= 4, "the README's shell blocks went missing");
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let dir = common::TempDir::new("readme-sh");
+    let mut all = Vec::new();
+    for (line, code) in &blocks {
+        // `turnstile work` serves until stopped: until it has acked a task.
+        let until = code.contains("turnstile work").then_some(", acked");
+        let printed = run_shell(
+            &dir.0,
+            (*line, code),
+            &format!("http://{}", server.addr),
+            until,
+        )
+        .await;
+        all.push((code.clone(), printed));
+    }
+    let output = |needle: &str| -> Vec<String> {
+        all.iter()
+            .find(|(code, _)| code.contains(needle))
+            .map(|(_, printed)| printed.clone())
+            .unwrap_or_else(|| panic!("no block with {needle:?}"))
+    };
+    // The token recipe prints a SHA-256 in hex.
+    let hash = output("sha256sum");
+    assert!(
+        hash.len() == 1 && hash[0].len() == 64 && hash[0].bytes().all(|b| b.is_ascii_hexdigit()),
+        "{hash:?}"
+    );
+    // The queue block: the ids, the table, the delayed task as JSON, the cancel.
+    let queue = output("turnstile enqueue").join("\n");
+    for wanted in ["welcome-42", "welcome-43", "QUEUE", "\"state\":\"DELAYED\""] {
+        assert!(queue.contains(wanted), "no {wanted:?} in {queue}");
+    }
+    let lock = output("turnstile lock").join("\n");
+    assert!(
+        lock.contains("one machine reports, with fencing token 1"),
+        "{lock}"
+    );
+    let work = output("turnstile work").join("\n");
+    assert!(
+        work.contains("sending welcome-42: {\"to\": \"ada@example.com\"}"),
+        "{work}"
+    );
     Ok(())
 }
