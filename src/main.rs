@@ -8,11 +8,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use cli::{
-    admin::{CancelArgs, EnqueueArgs, PeekArgs, RedriveArgs, StatsArgs},
     bench::{self, noop::NoopArgs, BenchArgs},
-    client::{finish, Outcome},
-    lock::LockArgs,
-    work::WorkArgs,
+    ClientCommand,
 };
 use tokio::signal::unix::{signal, SignalKind};
 use turnstile::config::{Config, LogFormat};
@@ -35,38 +32,9 @@ enum Command {
     /// The bench's no-op gRPC lock server (its transport floor).
     #[command(hide = true)]
     BenchNoop(NoopArgs),
-    /// Run a command while holding a lock (exit: the command's status; 75 not
-    /// acquired within --wait; 70 lost while it ran).
-    Lock(LockArgs),
-    /// Run a command once per task of a queue: payload on stdin, exit 0 acks,
-    /// anything else nacks with backoff; SIGTERM drains.
-    Work(WorkArgs),
-    /// Enqueue one task; prints its id.
-    Enqueue(EnqueueArgs),
-    /// Queue depths (--watch redraws).
-    Stats(StatsArgs),
-    /// Look at a queue's tasks without taking them.
-    Peek(PeekArgs),
-    /// Remove tasks that are not in flight; prints the ids removed.
-    Cancel(CancelArgs),
-    /// Bring DEAD tasks back to READY (all of them without ids); prints how many.
-    Redrive(RedriveArgs),
-}
-
-impl Command {
-    /// A client command's future, or the command back when it is not one.
-    async fn client(self) -> Result<Outcome, Self> {
-        Ok(match self {
-            Command::Lock(args) => cli::lock::run(args).await,
-            Command::Work(args) => cli::work::run(args).await,
-            Command::Enqueue(args) => cli::admin::enqueue(args).await,
-            Command::Stats(args) => cli::admin::stats(args).await,
-            Command::Peek(args) => cli::admin::peek(args).await,
-            Command::Cancel(args) => cli::admin::cancel(args).await,
-            Command::Redrive(args) => cli::admin::redrive(args).await,
-            other => return Err(other),
-        })
-    }
+    /// The client commands (lock, work, enqueue, stats, peek, cancel, redrive).
+    #[command(flatten)]
+    Client(ClientCommand),
 }
 
 /// mimalloc instead of glibc's malloc: perf put glibc malloc/free at about 17% of the
@@ -97,28 +65,23 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(async {
-        match cli.command.client().await {
-            Ok(outcome) => Err(finish(outcome)),
-            Err(Command::Serve(config)) => Ok(serve(*config).await),
-            Err(Command::Bench(args)) => Ok(bench::run(args).await),
-            Err(Command::BenchNoop(args)) => Ok(bench::noop::serve(args).await),
-            Err(_) => unreachable!("client commands are run above"),
+    runtime.block_on(async {
+        let result = match cli.command {
+            Command::Serve(config) => serve(*config).await,
+            Command::Bench(args) => bench::run(args).await,
+            Command::BenchNoop(args) => bench::noop::serve(args).await,
+            // A client command's exit status is its own (its command's, 75, 70, …).
+            Command::Client(command) => return command.run().await,
+        };
+        match result {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                tracing::error!(cause = %err, "turnstile stopped");
+                eprintln!("turnstile: {err}");
+                ExitCode::FAILURE
+            }
         }
-    });
-    // A client command's exit status is its own; the server's is success or failure.
-    let result = match result {
-        Ok(result) => result,
-        Err(code) => return code,
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            tracing::error!(cause = %err, "turnstile stopped");
-            eprintln!("turnstile: {err}");
-            ExitCode::FAILURE
-        }
-    }
+    })
 }
 
 async fn serve(config: Config) -> Result<(), String> {

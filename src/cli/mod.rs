@@ -17,3 +17,43 @@ pub mod lock;
 pub mod output;
 pub mod run;
 pub mod work;
+
+use std::process::ExitCode;
+
+use clap::Subcommand;
+
+/// The commands that talk to a server as a client.
+#[derive(Debug, Subcommand)]
+pub enum ClientCommand {
+    /// Run a command while holding a lock (exit: the command's status; 75 not
+    /// acquired within --wait; 70 lost while it ran).
+    Lock(lock::LockArgs),
+    /// Run a command once per task of a queue: payload on stdin, exit 0 acks,
+    /// anything else nacks with backoff; SIGTERM drains.
+    Work(work::WorkArgs),
+    /// Enqueue one task; prints its id.
+    Enqueue(admin::EnqueueArgs),
+    /// Queue depths (--watch redraws).
+    Stats(admin::StatsArgs),
+    /// Look at a queue's tasks without taking them.
+    Peek(admin::PeekArgs),
+    /// Remove tasks that are not in flight; prints the ids removed.
+    Cancel(admin::CancelArgs),
+    /// Bring DEAD tasks back to READY (all of them without ids); prints how many.
+    Redrive(admin::RedriveArgs),
+}
+
+impl ClientCommand {
+    /// Runs the command; its exit status (a failed call prints its status, exit 1).
+    pub async fn run(self) -> ExitCode {
+        client::finish(match self {
+            ClientCommand::Lock(args) => lock::run(args).await,
+            ClientCommand::Work(args) => work::run(args).await,
+            ClientCommand::Enqueue(args) => admin::enqueue(args).await,
+            ClientCommand::Stats(args) => admin::stats(args).await,
+            ClientCommand::Peek(args) => admin::peek(args).await,
+            ClientCommand::Cancel(args) => admin::cancel(args).await,
+            ClientCommand::Redrive(args) => admin::redrive(args).await,
+        })
+    }
+}
