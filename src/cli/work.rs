@@ -154,10 +154,12 @@ async fn drain_all(runners: &mut JoinSet<String>, drain: &watch::Sender<bool>) {
     while runners.join_next().await.is_some() {}
 }
 
+/// A stream cut by the server or the network (a broken connection reads as UNKNOWN
+/// in tonic's client): re-open it. Anything else is the caller's to fix.
 fn retryable(status: &tonic::Status) -> bool {
     matches!(
         status.code(),
-        tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Internal
+        tonic::Code::Unavailable | tonic::Code::Unknown
     )
 }
 
