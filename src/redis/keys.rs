@@ -219,6 +219,57 @@ mod tests {
         key
     }
 
+    /// The Redis Cluster slot of `key`: CRC16 (XMODEM) of its hash tag, mod 16384.
+    fn slot(key: &str) -> u16 {
+        let mut crc: u16 = 0;
+        for byte in hash_tag(key).bytes() {
+            crc ^= u16::from(byte) << 8;
+            for _ in 0..8 {
+                crc = if crc & 0x8000 != 0 {
+                    (crc << 1) ^ 0x1021
+                } else {
+                    crc << 1
+                };
+            }
+        }
+        crc % 16384
+    }
+
+    #[test]
+    fn the_slot_function_agrees_with_redis_cluster() {
+        // CLUSTER KEYSLOT answers, and the CRC16 check value of the spec.
+        assert_eq!(slot("foo"), 12182);
+        assert_eq!(slot("123456789"), 0x31C3);
+        assert_eq!(slot("{user1000}.following"), slot("{user1000}.followers"));
+        assert_eq!(slot("foo{}{bar}"), slot("foo{}{bar}"));
+        assert_ne!(slot("foo{}{bar}"), slot("bar"));
+        assert_eq!(slot("foo{{bar}}zap"), slot("{bar"));
+    }
+
+    #[test]
+    fn every_scripts_key_list_is_on_one_cluster_slot_for_every_tenant_and_name() {
+        let prefix = Keys::new("turnstile");
+        for tenant in TRICKY_TENANTS {
+            let keys = prefix.tenant(&Tenant::new("tenant", tenant).unwrap());
+            // (An empty name, which would hash the whole key, is refused as INVALID_ARGUMENT.)
+            for name in TRICKY_NAMES
+                .iter()
+                .chain(&["LockRoom:{42}", "a{b}c{d}", "{}"])
+            {
+                // The lock scripts take [lock, fence]; release, extend, describe and
+                // release_owner the lock alone.
+                let lock = keys.lock(name);
+                assert_eq!(slot(&lock.lock), slot(&lock.fence), "{tenant} {name}");
+                // Every queue script takes all nine queue keys.
+                let queue = keys.queue(name);
+                let first = slot(&queue.all[0]);
+                for key in &queue.all {
+                    assert_eq!(slot(key), first, "{tenant} {name} {key}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn every_key_of_a_lock_shares_one_hash_tag_even_with_braces_in_the_name() {
         let keys = Keys::new("turnstile");
