@@ -32,6 +32,10 @@ pub struct Config {
     #[arg(long, env = "TURNSTILE_REDIS_URL")]
     pub redis_url: Option<String>,
 
+    /// --redis-url is a comma-separated list of seed nodes of a Redis Cluster.
+    #[arg(long, env = "TURNSTILE_REDIS_CLUSTER", requires = "redis_url")]
+    pub redis_cluster: bool,
+
     /// Where the embedded redis-server keeps its data.
     #[arg(long, env = "TURNSTILE_DATA_DIR", default_value = "./turnstile-data")]
     pub data_dir: PathBuf,

@@ -8,7 +8,7 @@
 //!   reflection together; `main` and the tests both call it.
 //! - [`rpc`]: the one path every RPC takes (span, deadline, error logging, heartbeats);
 //!   [`traceparent`]: the caller's W3C trace id on that span.
-//! - [`redis`]: the connections, keys, scripts, reply decoding, group commit, the
+//! - [`redis`]: the connections (one Redis or a cluster), keys, scripts, reply decoding, group commit, the
 //!   embedded `redis-server` and pub/sub wake-ups.
 //! - [`lock`]: `LockStore` (the domain) and `LockApi` (the gRPC adapter), plus `Hold`.
 //! - [`queue`]: `QueueStore` (the domain), `QueueApi` (the gRPC adapter) and the

@@ -69,7 +69,17 @@ pub async fn run(
     });
     let grace = config.shutdown_grace;
     let serving = async {
-        let info = connection_info(&url, redis_ca).map_err(|err| err.to_string())?;
+        // With --redis-cluster, the URL lists the cluster's seed nodes.
+        let nodes = if config.redis_cluster {
+            url.split(',').map(str::trim).collect()
+        } else {
+            vec![url.as_str()]
+        };
+        let info = nodes
+            .into_iter()
+            .map(|node| connection_info(node, redis_ca.clone()))
+            .collect::<crate::error::Result<Vec<_>>>()
+            .map_err(|err| err.to_string())?;
         let server = Listening {
             listener,
             tls,
@@ -121,7 +131,7 @@ struct Listening {
 
 async fn serve(
     config: &Config,
-    (info, url): (redis::ConnectionInfo, &str),
+    (nodes, url): (Vec<redis::ConnectionInfo>, &str),
     listening: Listening,
     shutdown_signal: impl Future<Output = ()> + Send + 'static,
     shutdown: &Shutdown,
@@ -131,11 +141,12 @@ async fn serve(
         tls,
         auth,
     } = listening;
-    let redis = Redis::with_info(
-        info.clone(),
-        config.redis_timeout,
-        Keys::new(&config.key_prefix),
-    )
+    let keys = Keys::new(&config.key_prefix);
+    let redis = if config.redis_cluster {
+        Redis::cluster(nodes.clone(), config.redis_timeout, keys)
+    } else {
+        Redis::with_info(nodes[0].clone(), config.redis_timeout, keys)
+    }
     .map_err(|err| err.to_string())?;
     // A Redis too old for our scripts is refused at start; one that is down is
     // checked by the readiness probe when it comes up (NOT_SERVING until then).
@@ -162,7 +173,7 @@ async fn serve(
         config.reattach_grace,
     );
     let events = Events::spawn(
-        info,
+        nodes,
         vec![
             locks.event_route(),
             queues.event_route(),

@@ -4,6 +4,15 @@
 //! publish (the scripts do, inside the state change), so waiters on every replica hear
 //! of it. When the connection drops it is made again, and the sink is told, because
 //! messages sent meanwhile were lost and waiters must look again.
+//!
+//! On a Redis Cluster (`--redis-cluster`) the scripts' `PUBLISH` is the cluster-wide
+//! kind: every node forwards it to every other over the cluster bus, so one
+//! subscription on any node (primary or replica) hears every event. When that node
+//! fails, the connection drops, and the next attempt goes to the next seed node: the
+//! subscription survives a failover by itself, and the sinks look again. The cost is
+//! that each event crosses the cluster bus to every node. Sharded pub/sub
+//! (`SPUBLISH`) would keep an event on its slot's shard, but it has no patterns, and
+//! one subscription per tenant and shard would have to follow slot migrations.
 
 use std::{sync::Arc, time::Duration};
 
@@ -29,10 +38,11 @@ pub struct Events {
 }
 
 impl Events {
-    /// Spawns the subscriber task on `info`, running until shutdown; the messages of
-    /// the channels matching each pattern go to its sink.
+    /// Spawns the subscriber task on the first of `nodes` (the next one after each
+    /// failure), running until shutdown; the messages of the channels matching each
+    /// pattern go to its sink.
     pub fn spawn(
-        info: redis::ConnectionInfo,
+        nodes: Vec<redis::ConnectionInfo>,
         routes: Vec<(String, Arc<dyn EventSink>)>,
         shutdown: &Shutdown,
     ) -> Self {
@@ -41,7 +51,7 @@ impl Events {
         let task_shutdown = shutdown.clone();
         shutdown.spawn(async move {
             tokio::select! {
-                () = run(info, routes, resubscribe) => {}
+                () = run(nodes, routes, resubscribe) => {}
                 () = task_shutdown.cancelled() => {}
             }
         });
@@ -55,14 +65,19 @@ impl Events {
 }
 
 async fn run(
-    info: redis::ConnectionInfo,
+    nodes: Vec<redis::ConnectionInfo>,
     routes: Vec<(String, Arc<dyn EventSink>)>,
     resubscribe: Arc<Notify>,
 ) {
     let patterns: Vec<String> = routes.iter().map(|(pattern, _)| pattern.clone()).collect();
     let mut backoff = Duration::from_millis(50);
+    let mut turn = 0;
     loop {
-        match subscribe(&info, &patterns).await {
+        let Some(info) = nodes.get(turn % nodes.len().max(1)) else {
+            return;
+        };
+        turn += 1;
+        match subscribe(info, &patterns).await {
             Ok(pubsub) => {
                 backoff = Duration::from_millis(50);
                 tracing::debug!(patterns = patterns.len(), "pub/sub subscribed");

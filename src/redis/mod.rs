@@ -8,8 +8,12 @@
 //! uses that name's socket, so two calls on one name reach Redis in the order they were
 //! made (a lock's give-back can never overtake its acquire). bb8 makes, checks and
 //! replaces the sockets; a socket that failed is handed back and a fresh one taken.
+//! On a Redis Cluster (`--redis-cluster`) every call goes through one cluster
+//! connection instead (`cluster.rs`), which keeps a socket per node and routes each
+//! command to its slot's primary; one name is one slot, so its calls stay in order.
 
 pub mod batch;
+pub mod cluster;
 pub mod embedded;
 pub mod events;
 pub mod keys;
@@ -120,11 +124,7 @@ impl bb8::ManageConnection for Manager {
 /// The server's way to Redis. Clone it freely.
 #[derive(Clone)]
 pub struct Redis {
-    pool: bb8::Pool<Manager>,
-    /// The connections in use, each checked out of `pool` until it breaks.
-    sockets: Arc<[Socket; SOCKETS]>,
-    /// Spreads unkeyed calls over the sockets.
-    turn: Arc<AtomicUsize>,
+    backend: Backend,
     /// `--redis-timeout`: the longest any one command may take.
     timeout: Duration,
     /// The key layout.
@@ -194,6 +194,80 @@ impl ErrorCounts {
     }
 }
 
+/// One Redis, or a Redis Cluster (`--redis-cluster`).
+#[derive(Clone)]
+enum Backend {
+    Single {
+        pool: bb8::Pool<Manager>,
+        /// The connections in use, each checked out of `pool` until it breaks.
+        sockets: Arc<[Socket; SOCKETS]>,
+        /// Spreads unkeyed calls over the sockets.
+        turn: Arc<AtomicUsize>,
+    },
+    /// The cluster client routes each command to its slot's node itself.
+    Cluster(Arc<cluster::ClusterLink>),
+}
+
+/// The connection one call runs on.
+enum Link {
+    Single(Conn),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl redis::aio::ConnectionLike for Link {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            Link::Single(conn) => conn.mux.req_packed_command(cmd),
+            Link::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Link::Single(conn) => conn.mux.req_packed_commands(cmd, offset, count),
+            Link::Cluster(conn) => conn.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Link::Single(conn) => conn.mux.get_db(),
+            Link::Cluster(conn) => conn.get_db(),
+        }
+    }
+}
+
+impl Link {
+    /// Turns a reply into our result, counting failures and, for one Redis, flagging
+    /// the socket on connection trouble (the cluster client reconnects by itself).
+    fn finish<T>(
+        &self,
+        reply: redis::RedisResult<T>,
+        timeout: Duration,
+        errors: &ErrorCounts,
+    ) -> Result<T> {
+        match self {
+            Link::Single(conn) => conn.finish(reply, timeout, errors),
+            Link::Cluster(_) => reply.map_err(|err| {
+                errors.add(ErrorKind::of(&err));
+                if err.is_timeout() {
+                    Error::Unavailable(format!("redis did not answer within {timeout:?}"))
+                } else {
+                    err.into()
+                }
+            }),
+        }
+    }
+}
+
 /// One of the sockets in use: empty until first used or after it broke.
 #[derive(Default)]
 struct Socket {
@@ -220,9 +294,33 @@ impl Redis {
             .test_on_check_out(false)
             .build_unchecked(Manager { inner, timeout });
         Ok(Self {
-            pool,
-            sockets: Arc::default(),
-            turn: Arc::default(),
+            backend: Backend::Single {
+                pool,
+                sockets: Arc::default(),
+                turn: Arc::default(),
+            },
+            timeout,
+            keys,
+            info,
+            errors: ErrorCounts::default(),
+        })
+    }
+
+    /// A client of the Redis Cluster that `seeds` belong to (`--redis-cluster`).
+    /// Connects lazily, like [`Redis::new`].
+    pub fn cluster(
+        seeds: Vec<redis::ConnectionInfo>,
+        timeout: Duration,
+        keys: Keys,
+    ) -> Result<Self> {
+        let info = seeds
+            .first()
+            .cloned()
+            .ok_or_else(|| Error::invalid("redis_url", "no seed node"))?;
+        let link = cluster::ClusterLink::new(seeds, timeout)
+            .map_err(|err| Error::invalid("redis_url", err.to_string()))?;
+        Ok(Self {
+            backend: Backend::Cluster(Arc::new(link)),
             timeout,
             keys,
             info,
@@ -242,25 +340,40 @@ impl Redis {
         &self.info
     }
 
-    /// A connection to run commands on, shared with other in-flight calls: the one of
-    /// `key` when given, else the next in turn.
-    async fn conn(&self, key: Option<&str>) -> Result<Conn> {
+    /// A connection to run commands on, shared with other in-flight calls: for one
+    /// Redis the socket of `key` when given, else the next in turn.
+    async fn conn(&self, key: Option<&str>) -> Result<Link> {
+        let (pool, sockets, turn) = match &self.backend {
+            Backend::Single {
+                pool,
+                sockets,
+                turn,
+            } => (pool, sockets, turn),
+            Backend::Cluster(link) => {
+                return link.connection().await.map(Link::Cluster).map_err(|err| {
+                    self.errors.add(ErrorKind::of(&err));
+                    Error::from(err)
+                });
+            }
+        };
         let at = match key {
             Some(key) => socket_of(key),
-            None => self.turn.fetch_add(1, Ordering::Relaxed) % SOCKETS,
+            None => turn.fetch_add(1, Ordering::Relaxed) % SOCKETS,
         };
-        let socket = &self.sockets[at];
+        let socket = &sockets[at];
         {
             let mut pooled = socket.pooled.lock().unwrap_or_else(PoisonError::into_inner);
             match pooled.as_ref() {
-                Some(conn) if !conn.broken.load(Ordering::Relaxed) => return Ok((**conn).clone()),
+                Some(conn) if !conn.broken.load(Ordering::Relaxed) => {
+                    return Ok(Link::Single((**conn).clone()))
+                }
                 // Handing it back to the pool closes it (has_broken).
                 Some(_) => drop(pooled.take()),
                 None => {}
             }
         }
         let fresh = loop {
-            let fresh = self.pool.get_owned().await.map_err(|err| {
+            let fresh = pool.get_owned().await.map_err(|err| {
                 self.errors.add(match &err {
                     bb8::RunError::User(err) => ErrorKind::of(err),
                     bb8::RunError::TimedOut => ErrorKind::Timeout,
@@ -278,7 +391,7 @@ impl Redis {
         if pooled.is_none() {
             *pooled = Some(fresh);
         }
-        Ok(conn)
+        Ok(Link::Single(conn))
     }
 
     /// Runs one script invocation (EVALSHA, loading the script on NOSCRIPT) with the
@@ -305,21 +418,24 @@ impl Redis {
         invocation: &redis::ScriptInvocation<'_>,
     ) -> Result<T> {
         let mut conn = self.conn(key).await?;
-        let reply = invocation.invoke_async(&mut conn.mux).await;
+        let reply = invocation.invoke_async(&mut conn).await;
         conn.finish(reply, self.timeout, &self.errors)
     }
 
     /// Runs one plain command with the Redis timeout.
     pub async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
         let mut conn = self.conn(None).await?;
-        let reply = cmd.query_async(&mut conn.mux).await;
+        let reply = cmd.query_async(&mut conn).await;
         conn.finish(reply, self.timeout, &self.errors)
     }
 
     /// Runs a pipeline of plain commands whose replies are ignored, with the Redis timeout.
     pub async fn query_pipe(&self, pipe: &redis::Pipeline) -> Result<()> {
         let mut conn = self.conn(None).await?;
-        let reply = pipe.query_async(&mut conn.mux).await;
+        let reply = match &conn {
+            Link::Cluster(cluster) => cluster::query_split(cluster, pipe).await,
+            Link::Single(_) => pipe.query_async(&mut conn).await,
+        };
         conn.finish(reply, self.timeout, &self.errors)
     }
 
@@ -327,11 +443,7 @@ impl Redis {
     pub async fn load_scripts(&self, scripts: &[&Script]) -> Result<()> {
         for script in scripts {
             let mut conn = self.conn(None).await?;
-            let reply = script
-                .inner
-                .prepare_invoke()
-                .load_async(&mut conn.mux)
-                .await;
+            let reply = script.inner.prepare_invoke().load_async(&mut conn).await;
             conn.finish(reply, self.timeout, &self.errors)?;
         }
         Ok(())
@@ -340,8 +452,18 @@ impl Redis {
     /// Checks that Redis is new enough for our scripts and commands (see
     /// [`check_version`]); UNAVAILABLE if it does not answer, INTERNAL if too old.
     pub async fn check_version(&self) -> Result<()> {
-        let info: String = self.query(redis::cmd("INFO").arg("server")).await?;
-        check_version(&info)
+        // One reply from one Redis; from a cluster, a map of every primary's reply.
+        let reply: redis::Value = self.query(redis::cmd("INFO").arg("server")).await?;
+        let texts = match reply {
+            redis::Value::Map(nodes) => nodes.into_iter().map(|(_, info)| info).collect(),
+            one => vec![one],
+        };
+        for text in texts {
+            let info: String = redis::from_redis_value(text)
+                .map_err(|err| Error::Internal(format!("INFO server: {err}")))?;
+            check_version(&info)?;
+        }
+        Ok(())
     }
 
     /// PING, for the readiness probe.

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod cluster;
+
 use std::{
     io::{BufRead, BufReader},
     net::SocketAddr,
@@ -214,10 +216,19 @@ impl TestServer {
         change: impl Fn(&mut Config),
         client_tls: Option<ClientTlsConfig>,
     ) -> Self {
+        Self::start_on(&redis.url(), change, client_tls).await
+    }
+
+    /// On the Redis (or, with `redis_cluster` set by `change`, the cluster) at `url`.
+    pub async fn start_on(
+        url: &str,
+        change: impl Fn(&mut Config),
+        client_tls: Option<ClientTlsConfig>,
+    ) -> Self {
         // The metrics port is picked free a moment before the server binds it: a start
         // that lost it to another process fails at once and is tried again.
         for _ in 0..5 {
-            let mut config = Config::for_redis(redis.url());
+            let mut config = Config::for_redis(url);
             let port = free_port().expect("free port");
             config.metrics_listen = SocketAddr::from(([127, 0, 0, 1], port));
             change(&mut config);

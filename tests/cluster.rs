@@ -1,0 +1,213 @@
+//! turnstile on a Redis Cluster (`--redis-cluster`): a local cluster of six
+//! `redis-server` processes (three primaries, three replicas), and names chosen so
+//! that their slots are served by different primaries, side by side.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{cluster::TestCluster, ms, TestResult, TestServer};
+use tokio_stream::StreamExt;
+use turnstile::pb::{self, hold_response, subscribe_response};
+
+async fn server_on(cluster: &TestCluster) -> TestServer {
+    let url = cluster.url();
+    TestServer::start_on(&url, |c| c.redis_cluster = true, None).await
+}
+
+/// `count` names whose keys (built by `key`) are served by different primaries.
+fn names_on_different_primaries(
+    cluster: &TestCluster,
+    prefix: &str,
+    key: impl Fn(&str) -> String,
+) -> Vec<String> {
+    let mut seen = Vec::new();
+    let mut names = Vec::new();
+    for n in 0.. {
+        let name = format!("{prefix}-{n}");
+        let primary = cluster.primary_of(&key(&name));
+        if !seen.contains(&primary) {
+            seen.push(primary);
+            names.push(name);
+        }
+        if names.len() == 3 {
+            return names;
+        }
+    }
+    unreachable!()
+}
+
+fn acquire(name: &str, owner: &str, wait_ms: i64) -> pb::AcquireRequest {
+    pb::AcquireRequest {
+        name: name.into(),
+        owner: owner.into(),
+        ttl: ms(30_000),
+        wait: ms(wait_ms),
+        request_id: String::new(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_wake_waiters_and_release_all_across_the_primaries_of_a_cluster() -> TestResult {
+    let cluster = TestCluster::start().await;
+    let server = server_on(&cluster).await;
+    let other = server_on(&cluster).await;
+    let names =
+        names_on_different_primaries(&cluster, "lock", |n| format!("turnstile:lock:{{{n}}}"));
+    let mut locks = server.locks().await;
+    for name in &names {
+        let won = locks.acquire(acquire(name, "alice", 0)).await?.into_inner();
+        assert!(won.acquired, "{name}");
+        // A waiter on another replica wakes when the lock is released here.
+        let mut waiter = other.locks().await;
+        let waiting = {
+            let name = name.clone();
+            tokio::spawn(async move { waiter.acquire(acquire(&name, "bob", 10_000)).await })
+        };
+        other.wait_metric("turnstile_lock_waiters", 1.0).await;
+        let released = locks
+            .release(pb::ReleaseRequest {
+                name: name.clone(),
+                token: won.token.clone(),
+            })
+            .await?
+            .into_inner();
+        assert!(released.released);
+        let woke = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await???
+            .into_inner();
+        assert!(woke.acquired, "{name}: the waiter was not woken");
+        assert!(woke.fencing_token > won.fencing_token);
+    }
+    // ReleaseAll finds an owner's locks on every primary.
+    for name in &names {
+        assert!(
+            locks
+                .acquire(acquire(&format!("{name}-x"), "carol", 0))
+                .await?
+                .into_inner()
+                .acquired
+        );
+    }
+    let mut released = locks
+        .release_all(pb::ReleaseAllRequest {
+            owner: "carol".into(),
+        })
+        .await?
+        .into_inner()
+        .released;
+    released.sort();
+    let mut expected: Vec<String> = names.iter().map(|n| format!("{n}-x")).collect();
+    expected.sort();
+    assert_eq!(released, expected);
+    // A Hold renews on its slot's primary.
+    let mut hold = locks
+        .hold(pb::HoldRequest {
+            name: format!("{}-held", names[0]),
+            owner: "dave".into(),
+            ttl: ms(600),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    let mut renewed = 0;
+    while renewed < 2 {
+        match hold.next().await.expect("a message")?.event {
+            Some(hold_response::Event::Renewed(_)) => renewed += 1,
+            Some(hold_response::Event::Acquired(_) | hold_response::Event::Heartbeat(_)) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queues_lease_ack_and_push_to_subscribers_across_the_primaries_of_a_cluster() -> TestResult
+{
+    let cluster = TestCluster::start().await;
+    let server = server_on(&cluster).await;
+    let other = server_on(&cluster).await;
+    let names = names_on_different_primaries(&cluster, "queue", |n| {
+        format!("turnstile:queue:{{{n}}}:pending")
+    });
+    let mut queues = server.queues().await;
+    for queue in &names {
+        // A subscriber on the other replica gets a task enqueued here, pushed at once.
+        let mut subscriber = other.queues().await;
+        let mut stream = subscriber
+            .subscribe(pb::SubscribeRequest {
+                queue: queue.clone(),
+                ..Default::default()
+            })
+            .await?
+            .into_inner();
+        other
+            .wait_metric("turnstile_streams_open{kind=\"subscribe\"}", 1.0)
+            .await;
+        queues
+            .enqueue(pb::EnqueueRequest {
+                queue: queue.clone(),
+                tasks: vec![
+                    pb::TaskSpec {
+                        id: "pushed".into(),
+                        ..Default::default()
+                    },
+                    pb::TaskSpec {
+                        id: "leased".into(),
+                        schedule: Some(pb::task_spec::Schedule::Delay(ms(200).unwrap())),
+                        ..Default::default()
+                    },
+                ],
+            })
+            .await?;
+        let pushed = loop {
+            let message = tokio::time::timeout(Duration::from_secs(5), stream.next())
+                .await?
+                .expect("a message")?;
+            if let Some(subscribe_response::Event::Task(task)) = message.event {
+                break task;
+            }
+        };
+        assert_eq!(pushed.id, "pushed");
+        // The Ack goes to the replica that did not deliver it (while the stream is
+        // open: closing it would give the task back).
+        let acked = queues
+            .ack(pb::AckRequest {
+                queue: queue.clone(),
+                receipts: vec![pushed.receipt],
+            })
+            .await?
+            .into_inner();
+        assert_eq!(acked.acked, [true], "{queue}");
+        drop(stream);
+        // A delayed task, long-polled.
+        let leased = queues
+            .lease(pb::LeaseRequest {
+                queue: queue.clone(),
+                wait: ms(5_000),
+                ..Default::default()
+            })
+            .await?
+            .into_inner()
+            .tasks;
+        assert_eq!(leased.len(), 1, "{queue}");
+        assert_eq!(leased[0].id, "leased");
+        queues
+            .ack(pb::AckRequest {
+                queue: queue.clone(),
+                receipts: vec![leased[0].receipt.clone()],
+            })
+            .await?;
+        let stats = queues
+            .stats(pb::StatsRequest {
+                queue: queue.clone(),
+            })
+            .await?
+            .into_inner();
+        assert_eq!(
+            (stats.ready, stats.delayed, stats.in_flight, stats.dead),
+            (0, 0, 0, 0)
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,165 @@
+//! A local Redis Cluster for tests: six `redis-server` processes on free loopback
+//! ports (three primaries, three replicas) joined with `redis-cli --cluster create`,
+//! each in its own temp dir, killed on drop.
+
+use std::{
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use turnstile::redis::embedded::free_port;
+
+use super::{eventually, TempDir};
+
+/// A running three-primary, three-replica cluster.
+pub struct TestCluster {
+    pub ports: Vec<u16>,
+    nodes: Vec<Child>,
+    _dir: TempDir,
+}
+
+impl TestCluster {
+    pub async fn start() -> Self {
+        super::init_tracing();
+        let dir = TempDir::new("cluster");
+        let mut ports = Vec::new();
+        let mut nodes = Vec::new();
+        while nodes.len() < 6 {
+            let port = free_port().expect("free port");
+            // The cluster bus is the port + 10000: it must be free too.
+            if port > 55535 || std::net::TcpListener::bind(("127.0.0.1", port + 10000)).is_err() {
+                continue;
+            }
+            let node_dir = dir.0.join(port.to_string());
+            std::fs::create_dir_all(&node_dir).expect("node dir");
+            let child = Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"])
+                .args(["--save", "", "--appendonly", "no"])
+                .arg("--dir")
+                .arg(&node_dir)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server");
+            nodes.push(child);
+            ports.push(port);
+        }
+        let mut cluster = Self {
+            ports,
+            nodes,
+            _dir: dir,
+        };
+        for port in cluster.ports.clone() {
+            eventually(
+                "a cluster node answers",
+                Duration::from_secs(10),
+                || async move {
+                    cluster_cli(port, &["ping"]).is_some_and(|reply| reply.trim() == "PONG")
+                },
+            )
+            .await;
+        }
+        let addresses: Vec<String> = cluster
+            .ports
+            .iter()
+            .map(|port| format!("127.0.0.1:{port}"))
+            .collect();
+        let created = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("redis-cli --cluster create");
+        assert!(
+            created.status.success(),
+            "cluster create failed: {}",
+            String::from_utf8_lossy(&created.stdout)
+        );
+        cluster.wait_ok().await;
+        cluster
+    }
+
+    /// Waits until every node says the cluster is ok and knows all six nodes.
+    pub async fn wait_ok(&mut self) {
+        for port in self.ports.clone() {
+            eventually(
+                "the cluster is ok on every node",
+                Duration::from_secs(30),
+                || async move {
+                    let info = cluster_cli(port, &["cluster", "info"]).unwrap_or_default();
+                    info.contains("cluster_state:ok") && info.contains("cluster_known_nodes:6")
+                },
+            )
+            .await;
+        }
+    }
+
+    /// `--redis-url` for `--redis-cluster`: every node as a seed.
+    pub fn url(&self) -> String {
+        self.ports
+            .iter()
+            .map(|port| format!("redis://127.0.0.1:{port}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The port of the primary serving `key`'s slot.
+    pub fn primary_of(&self, key: &str) -> u16 {
+        let slot: u16 = cluster_cli(self.ports[0], &["cluster", "keyslot", key])
+            .and_then(|reply| reply.trim().parse().ok())
+            .expect("CLUSTER KEYSLOT");
+        let nodes = cluster_cli(self.ports[0], &["cluster", "nodes"]).unwrap_or_default();
+        primary_for_slot(&nodes, slot).expect("a primary for the slot")
+    }
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            let _ = node.kill();
+            let _ = node.wait();
+        }
+    }
+}
+
+/// `redis-cli -p port ARGS…`'s output, if it ran.
+fn cluster_cli(port: u16, args: &[&str]) -> Option<String> {
+    let output = Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .ok()?;
+    output
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// From `CLUSTER NODES` (`<id> <ip:port@bus> <flags> … <slot ranges>`), the port of
+/// the primary that serves `slot`.
+fn primary_for_slot(nodes: &str, slot: u16) -> Option<u16> {
+    nodes.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.len() < 9 || !fields[2].contains("master") {
+            return None;
+        }
+        let serves = fields[8..].iter().any(|range| {
+            let (start, end) = range.split_once('-').unwrap_or((range, range));
+            match (start.parse::<u16>(), end.parse::<u16>()) {
+                (Ok(start), Ok(end)) => (start..=end).contains(&slot),
+                _ => false,
+            }
+        });
+        let port = fields[1]
+            .split('@')
+            .next()?
+            .rsplit(':')
+            .next()?
+            .parse()
+            .ok()?;
+        serves.then_some(port)
+    })
+}
