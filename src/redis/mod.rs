@@ -256,14 +256,7 @@ impl Link {
     ) -> Result<T> {
         match self {
             Link::Single(conn) => conn.finish(reply, timeout, errors),
-            Link::Cluster(_) => reply.map_err(|err| {
-                errors.add(ErrorKind::of(&err));
-                if err.is_timeout() {
-                    Error::Unavailable(format!("redis did not answer within {timeout:?}"))
-                } else {
-                    err.into()
-                }
-            }),
+            Link::Cluster(_) => reply.map_err(|err| failed(err, timeout, errors)),
         }
     }
 }
@@ -521,17 +514,22 @@ impl Conn {
         errors: &ErrorCounts,
     ) -> Result<T> {
         reply.map_err(|err| {
-            errors.add(ErrorKind::of(&err));
             if err.is_io_error() || err.is_connection_dropped() || err.is_unrecoverable_error() {
                 // A socket that stopped answering may be half-open: start a fresh one.
                 self.broken.store(true, Ordering::Relaxed);
             }
-            if err.is_timeout() {
-                Error::Unavailable(format!("redis did not answer within {timeout:?}"))
-            } else {
-                err.into()
-            }
+            failed(err, timeout, errors)
         })
+    }
+}
+
+/// A failed command, counted by kind and converted (a timeout names `timeout`).
+fn failed(err: redis::RedisError, timeout: Duration, errors: &ErrorCounts) -> Error {
+    errors.add(ErrorKind::of(&err));
+    if err.is_timeout() {
+        Error::Unavailable(format!("redis did not answer within {timeout:?}"))
+    } else {
+        err.into()
     }
 }
 
