@@ -211,3 +211,149 @@ async fn queues_lease_ack_and_push_to_subscribers_across_the_primaries_of_a_clus
     }
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_failover_under_load_keeps_serving_and_fencing_tokens_never_go_backwards(
+) -> TestResult {
+    use std::sync::{
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        Arc, Mutex,
+    };
+    let mut cluster = TestCluster::start().await;
+    let server = server_on(&cluster).await;
+    let lock = "failover-lock";
+    let queue = "failover-queue";
+    let victim = cluster.primary_of(&format!("turnstile:lock:{{{lock}}}"));
+    let stop = Arc::new(AtomicBool::new(false));
+    let fences = Arc::new(Mutex::new(Vec::<u64>::new()));
+    let (locked, worked) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let unexpected = Arc::new(Mutex::new(Vec::<tonic::Status>::new()));
+    // A status the switch may cause: anything else is a failure.
+    let expected = |status: &tonic::Status| {
+        matches!(
+            status.code(),
+            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded
+        )
+    };
+    let mut load = tokio::task::JoinSet::new();
+    for client in 0..2 {
+        let (mut locks, stop, fences, locked, unexpected) = (
+            server.locks().await,
+            stop.clone(),
+            fences.clone(),
+            locked.clone(),
+            unexpected.clone(),
+        );
+        load.spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let request = tonic::Request::new(acquire(lock, &format!("c{client}"), 2_000));
+                match locks.acquire(request).await {
+                    Ok(won) if won.get_ref().acquired => {
+                        let won = won.into_inner();
+                        fences.lock().unwrap().push(won.fencing_token);
+                        locked.fetch_add(1, Ordering::Relaxed);
+                        let _ = locks
+                            .release(pb::ReleaseRequest {
+                                name: lock.into(),
+                                token: won.token,
+                            })
+                            .await;
+                    }
+                    Ok(_) => {}
+                    Err(status) if expected(&status) => {
+                        tokio::time::sleep(Duration::from_millis(50)).await
+                    }
+                    Err(status) => unexpected.lock().unwrap().push(status),
+                }
+            }
+        });
+    }
+    {
+        let (mut queues, stop, worked, unexpected) = (
+            server.queues().await,
+            stop.clone(),
+            worked.clone(),
+            unexpected.clone(),
+        );
+        load.spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let round = async {
+                    queues
+                        .enqueue(pb::EnqueueRequest {
+                            queue: queue.into(),
+                            tasks: vec![pb::TaskSpec::default()],
+                        })
+                        .await?;
+                    let tasks = queues
+                        .lease(pb::LeaseRequest {
+                            queue: queue.into(),
+                            ..Default::default()
+                        })
+                        .await?
+                        .into_inner()
+                        .tasks;
+                    queues
+                        .ack(pb::AckRequest {
+                            queue: queue.into(),
+                            receipts: tasks.into_iter().map(|t| t.receipt).collect(),
+                        })
+                        .await?;
+                    Ok::<_, tonic::Status>(())
+                };
+                match round.await {
+                    Ok(()) => {
+                        worked.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(status) if expected(&status) => {
+                        tokio::time::sleep(Duration::from_millis(50)).await
+                    }
+                    Err(status) => unexpected.lock().unwrap().push(status),
+                }
+            }
+        });
+    }
+    // Progress before the fault, then kill the primary of the lock's slot.
+    let progressed = |counter: &Arc<AtomicU64>, above: u64| {
+        let counter = counter.clone();
+        async move {
+            common::eventually("progress", Duration::from_secs(60), || {
+                let now = counter.load(Ordering::Relaxed);
+                async move { now > above }
+            })
+            .await;
+            counter.load(Ordering::Relaxed)
+        }
+    };
+    progressed(&locked, 20).await;
+    progressed(&worked, 20).await;
+    let killed = std::time::Instant::now();
+    cluster.kill(victim);
+    cluster
+        .wait_failover(victim, &format!("turnstile:lock:{{{lock}}}"))
+        .await;
+    let promoted = killed.elapsed();
+    // The service answers again: both kinds of work go on past the failover.
+    let locks_now = locked.load(Ordering::Relaxed);
+    progressed(&locked, locks_now + 20).await;
+    progressed(&worked, worked.load(Ordering::Relaxed) + 20).await;
+    eprintln!(
+        "failover: replica promoted {promoted:?} after the kill, locks and work going again after {:?}; \
+         {} lock cycles and {} task rounds in all",
+        killed.elapsed(),
+        locked.load(Ordering::Relaxed),
+        worked.load(Ordering::Relaxed)
+    );
+    stop.store(true, Ordering::Relaxed);
+    while load.join_next().await.is_some() {}
+    let unexpected = unexpected.lock().unwrap();
+    assert!(
+        unexpected.is_empty(),
+        "statuses other than UNAVAILABLE: {unexpected:?}"
+    );
+    let fences = fences.lock().unwrap();
+    assert!(
+        fences.windows(2).all(|pair| pair[0] < pair[1]),
+        "fencing tokens went backwards across the failover"
+    );
+    Ok(())
+}

@@ -35,6 +35,8 @@ impl TestCluster {
             let child = Command::new("redis-server")
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
                 .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"])
+                // A replica takes over however long ago it last heard its primary.
+                .args(["--cluster-replica-validity-factor", "0"])
                 .args(["--save", "", "--appendonly", "no"])
                 .arg("--dir")
                 .arg(&node_dir)
@@ -81,15 +83,55 @@ impl TestCluster {
         cluster
     }
 
-    /// Waits until every node says the cluster is ok and knows all six nodes.
+    /// Waits until every node says the cluster is ok and knows all six nodes, and
+    /// every replica has synced with its primary (one that has not cannot take over).
     pub async fn wait_ok(&mut self) {
         for port in self.ports.clone() {
             eventually(
-                "the cluster is ok on every node",
+                "the cluster is ok",
                 Duration::from_secs(30),
                 || async move {
                     let info = cluster_cli(port, &["cluster", "info"]).unwrap_or_default();
-                    info.contains("cluster_state:ok") && info.contains("cluster_known_nodes:6")
+                    let replication =
+                        cluster_cli(port, &["info", "replication"]).unwrap_or_default();
+                    let synced = replication.contains("role:master")
+                        || replication.contains("master_link_status:up");
+                    info.contains("cluster_state:ok")
+                        && info.contains("cluster_known_nodes:6")
+                        && synced
+                },
+            )
+            .await;
+        }
+    }
+
+    /// SIGKILLs the node on `port`, as a crash would.
+    pub fn kill(&mut self, port: u16) {
+        let at = self
+            .ports
+            .iter()
+            .position(|p| *p == port)
+            .expect("a node's port");
+        let _ = self.nodes[at].kill();
+        let _ = self.nodes[at].wait();
+    }
+
+    /// Waits until every node still running says the cluster is ok again and that
+    /// `key`'s slot is served by another primary than `port` (its replica took over).
+    pub async fn wait_failover(&self, port: u16, key: &str) {
+        let alive: Vec<u16> = self.ports.iter().copied().filter(|p| *p != port).collect();
+        let slot: u16 = cluster_cli(alive[0], &["cluster", "keyslot", key])
+            .and_then(|reply| reply.trim().parse().ok())
+            .expect("CLUSTER KEYSLOT");
+        for node in alive {
+            eventually(
+                "the replica took over",
+                Duration::from_secs(60),
+                || async move {
+                    let info = cluster_cli(node, &["cluster", "info"]).unwrap_or_default();
+                    let nodes = cluster_cli(node, &["cluster", "nodes"]).unwrap_or_default();
+                    info.contains("cluster_state:ok")
+                        && primary_for_slot(&nodes, slot).is_some_and(|primary| primary != port)
                 },
             )
             .await;
@@ -143,7 +185,7 @@ fn cluster_cli(port: u16, args: &[&str]) -> Option<String> {
 fn primary_for_slot(nodes: &str, slot: u16) -> Option<u16> {
     nodes.lines().find_map(|line| {
         let fields: Vec<&str> = line.split_whitespace().collect();
-        if fields.len() < 9 || !fields[2].contains("master") {
+        if fields.len() < 9 || !fields[2].contains("master") || fields[2].contains("fail") {
             return None;
         }
         let serves = fields[8..].iter().any(|range| {
