@@ -13,7 +13,7 @@ use std::{
 
 use common::{
     json_field, ms, ready_line, serve_command, LoggedServer, ServerProcess, TempDir, TestRedis,
-    TestResult, BIN,
+    TestResult, TestStore, BIN,
 };
 use tokio_stream::StreamExt;
 use turnstile::pb::{
@@ -287,15 +287,27 @@ fn tasks(from: usize, count: usize) -> Vec<TaskSpec> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_server_processes_and_four_subscribers_deliver_2000_tasks_exactly_once() -> TestResult {
+    deliver_2000_tasks_exactly_once(TestStore::start(false).await, 2).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_server_processes_on_a_redis_cluster_deliver_2000_tasks_exactly_once() -> TestResult {
+    deliver_2000_tasks_exactly_once(TestStore::start(true).await, 3).await
+}
+
+/// `replicas` server processes on `store`, four subscribers spread over them, each
+/// acking through another replica than the one it is subscribed to.
+async fn deliver_2000_tasks_exactly_once(store: TestStore, replicas: usize) -> TestResult {
     const TOTAL: usize = 2000;
-    let redis = TestRedis::start().await;
-    let servers = [ServerProcess::start(&redis), ServerProcess::start(&redis)];
+    let servers: Vec<ServerProcess> = (0..replicas)
+        .map(|_| ServerProcess::start_on(&store))
+        .collect();
     let delivered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut workers = Vec::new();
     for w in 0..4 {
-        // Subscribed on one replica, acking through the other.
-        let mut queues = servers[w % 2].queues().await;
-        let mut acker = servers[(w + 1) % 2].queues().await;
+        // Subscribed on one replica, acking through the next.
+        let mut queues = servers[w % replicas].queues().await;
+        let mut acker = servers[(w + 1) % replicas].queues().await;
         let delivered = delivered.clone();
         let mut stream = queues
             .subscribe(SubscribeRequest {
@@ -369,9 +381,35 @@ async fn two_server_processes_and_four_subscribers_deliver_2000_tasks_exactly_on
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_killed_with_deliveries_in_flight_loses_none_of_them() -> TestResult {
-    let redis = TestRedis::start().await;
-    let mut doomed = ServerProcess::start(&redis);
-    let survivor = ServerProcess::start(&redis);
+    killed_server_loses_no_delivery_and_no_lock_outlives_its_ttl(TestStore::start(false).await)
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_of_three_on_a_redis_cluster_killed_loses_no_delivery() -> TestResult {
+    killed_server_loses_no_delivery_and_no_lock_outlives_its_ttl(TestStore::start(true).await).await
+}
+
+/// Three servers on `store`; the one holding a lock and three deliveries is
+/// SIGKILLed: the deliveries come back through another, and the lock is free once its
+/// TTL ends.
+async fn killed_server_loses_no_delivery_and_no_lock_outlives_its_ttl(
+    store: TestStore,
+) -> TestResult {
+    let mut doomed = ServerProcess::start_on(&store);
+    let survivor = ServerProcess::start_on(&store);
+    let _third = ServerProcess::start_on(&store);
+    let mut doomed_locks = LockServiceClient::connect(format!("http://{}", doomed.addr)).await?;
+    let lock = doomed_locks
+        .acquire(turnstile::pb::AcquireRequest {
+            name: "crash-lock".into(),
+            owner: "doomed".into(),
+            ttl: ms(1_000),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    assert!(lock.acquired);
     let mut queues = doomed.queues().await;
     queues
         .enqueue(EnqueueRequest {
@@ -426,6 +464,21 @@ async fn a_server_killed_with_deliveries_in_flight_loses_none_of_them() -> TestR
     }
     ids.sort();
     assert_eq!(ids, ["t0", "t1", "t2"]);
+    // The lock the dead server's client held ends with its 1 s TTL: a waiter on the
+    // survivor gets it (a timer at its expiry), well within its wait.
+    let mut locks = LockServiceClient::connect(format!("http://{}", survivor.addr)).await?;
+    let won = locks
+        .acquire(turnstile::pb::AcquireRequest {
+            name: "crash-lock".into(),
+            owner: "survivor".into(),
+            ttl: ms(10_000),
+            wait: ms(10_000),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    assert!(won.acquired, "the lock outlived its ttl");
+    assert!(won.fencing_token > lock.fencing_token);
     Ok(())
 }
 

@@ -438,10 +438,52 @@ pub struct ServerProcess {
     pub addr: String,
 }
 
+/// What the servers of a test keep their state in: one `redis-server`, or a local
+/// Redis Cluster, so one test body runs on both.
+pub enum TestStore {
+    Single(Box<TestRedis>),
+    Cluster(cluster::TestCluster),
+}
+
+impl TestStore {
+    /// A Redis Cluster when `cluster`, else one Redis.
+    pub async fn start(cluster: bool) -> Self {
+        if cluster {
+            Self::Cluster(cluster::TestCluster::start().await)
+        } else {
+            Self::Single(Box::new(TestRedis::start().await))
+        }
+    }
+
+    /// The `serve` arguments that point a server at it.
+    pub fn serve_args(&self) -> Vec<String> {
+        match self {
+            Self::Single(redis) => vec!["--redis-url".into(), redis.url()],
+            Self::Cluster(cluster) => {
+                vec![
+                    "--redis-cluster".into(),
+                    "--redis-url".into(),
+                    cluster.url(),
+                ]
+            }
+        }
+    }
+}
+
 impl ServerProcess {
     pub fn start(redis: &TestRedis) -> Self {
+        Self::start_args(&["--redis-url".to_owned(), redis.url()])
+    }
+
+    /// A server on `store`.
+    pub fn start_on(store: &TestStore) -> Self {
+        Self::start_args(&store.serve_args())
+    }
+
+    fn start_args(args: &[String]) -> Self {
         let mut child = serve_command()
-            .args(["--log-format", "json", "--redis-url", &redis.url()])
+            .args(["--log-format", "json"])
+            .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
