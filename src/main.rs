@@ -85,24 +85,32 @@ fn main() -> ExitCode {
 }
 
 async fn serve(config: Config) -> Result<(), String> {
+    // The handlers are installed before anything else, so that a SIGTERM or SIGINT sent
+    // once the ready line is out always drains: installed by the future's first poll,
+    // they came after the line, and a signal in between killed the process at once
+    // (tests/process.rs saw it under load).
+    let stop = stop_signal();
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|err| format!("cannot listen on {}: {err}", config.listen))?;
-    turnstile::server::run(config, listener, stop_signal()).await
+    turnstile::server::run(config, listener, stop).await
 }
 
-/// Completes on SIGTERM or SIGINT.
-async fn stop_signal() {
-    let (Ok(mut term), Ok(mut int)) = (
+/// Installs the SIGTERM and SIGINT handlers now; the future completes on either.
+fn stop_signal() -> impl std::future::Future<Output = ()> {
+    let handlers = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
-    ) else {
-        tracing::warn!("cannot install signal handlers; stop with SIGKILL");
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!(signal = "SIGTERM", "signal received"),
-        _ = int.recv() => tracing::info!(signal = "SIGINT", "signal received"),
+    );
+    async move {
+        let (Ok(mut term), Ok(mut int)) = handlers else {
+            tracing::warn!("cannot install signal handlers; stop with SIGKILL");
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = term.recv() => tracing::info!(signal = "SIGTERM", "signal received"),
+            _ = int.recv() => tracing::info!(signal = "SIGINT", "signal received"),
+        }
     }
 }
 

@@ -286,19 +286,20 @@ fn tasks(from: usize, count: usize) -> Vec<TaskSpec> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_server_processes_and_four_subscribers_deliver_2000_tasks_exactly_once() -> TestResult {
-    deliver_2000_tasks_exactly_once(TestStore::start(false).await, 2).await
+async fn three_server_processes_on_one_redis_deliver_2000_tasks_exactly_once() -> TestResult {
+    deliver_2000_tasks_exactly_once(TestStore::start(false).await).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_server_processes_on_a_redis_cluster_deliver_2000_tasks_exactly_once() -> TestResult {
-    deliver_2000_tasks_exactly_once(TestStore::start(true).await, 3).await
+    deliver_2000_tasks_exactly_once(TestStore::start(true).await).await
 }
 
-/// `replicas` server processes on `store`, four subscribers spread over them, each
-/// acking through another replica than the one it is subscribed to.
-async fn deliver_2000_tasks_exactly_once(store: TestStore, replicas: usize) -> TestResult {
+/// Three server processes on `store`, four subscribers spread over them, each acking
+/// through another replica than the one it is subscribed to.
+async fn deliver_2000_tasks_exactly_once(store: TestStore) -> TestResult {
     const TOTAL: usize = 2000;
+    let replicas = 3;
     let servers: Vec<ServerProcess> = (0..replicas)
         .map(|_| ServerProcess::start_on(&store))
         .collect();
