@@ -492,14 +492,33 @@ async fn lock_keeps_its_lease_across_a_stream_cut_by_connection_age() -> TestRes
     })
     .await;
     let dir = TempDir::new("cli-cut");
-    let marker = dir.0.join("done");
-    // The command outlives two connection ages; the stream is cut each time and the
-    // CLI re-attaches by token, so the command is never told the lock was lost.
-    let script = format!("sleep 1.5; touch {}", marker.display());
-    let (status, _, err) =
-        output(cli(&server).args(["lock", "cut", "--ttl", "900ms", "--", "sh", "-c", &script]))
-            .await;
-    assert_eq!(status.code(), Some(0), "{err}");
+    let (release, marker) = (dir.0.join("release"), dir.0.join("done"));
+    // The command runs until two Hold streams were cut by their connection's age (the
+    // server counts each as a Hold ended UNAVAILABLE); the CLI re-attaches by token
+    // each time, so the command is never told the lock was lost. Bounded, so a failing
+    // test leaves no process behind.
+    let script = format!(
+        "n=0; while [ ! -e {} ] && [ $n -lt 1000 ]; do sleep 0.02; n=$((n+1)); done; touch {}",
+        release.display(),
+        marker.display()
+    );
+    let running = cli(&server)
+        .args(["lock", "cut", "--ttl", "900ms", "--", "sh", "-c", &script])
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let cut = "turnstile_rpc_requests_total{method=\"Hold\",code=\"UNAVAILABLE\"}";
+    eventually("two Hold streams cut", WAIT, || async {
+        server.scrape().await.lines().any(|line| {
+            line.strip_prefix(cut)
+                .and_then(|value| value.trim().parse::<f64>().ok())
+                .is_some_and(|cuts| cuts >= 2.0)
+        })
+    })
+    .await;
+    std::fs::write(&release, "")?;
+    let out = tokio::time::timeout(WAIT, running.wait_with_output()).await??;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(marker.exists());
     Ok(())
 }
@@ -618,10 +637,16 @@ async fn work_drains_on_sigterm_letting_the_running_task_finish_and_ack() -> Tes
         l.iter().any(|l| l.contains("draining"))
     })
     .await;
-    // Past the re-attach grace, the task is still leased to this worker.
+    // Past the re-attach grace, the task is still leased to this worker: from the
+    // stream's end (the open-stream gauge back to 0), by Redis' clock.
     let in_flight = peek(&server, "slow", TaskState::InFlight).await?;
     assert_eq!(in_flight.len(), 1);
-    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    server
+        .wait_metric("turnstile_streams_open{kind=\"subscribe\"}", 0.0)
+        .await;
+    let mut conn = redis.conn().await;
+    let ended = common::redis_now_ms(&mut conn).await;
+    common::wait_redis_time(&conn, ended + 1_500 + 500).await;
     let in_flight = peek(&server, "slow", TaskState::InFlight).await?;
     assert_eq!(in_flight.len(), 1, "the task went back while it still ran");
     assert!(

@@ -138,7 +138,8 @@ async fn a_python_client_generated_from_the_protos_holds_reattaches_and_works_a_
         tokio::process::Command::new(&python)
             .arg(repo().join("tests/interop/python/interop.py"))
             .arg(&stubs.0)
-            .arg(server.addr.to_string()),
+            .arg(server.addr.to_string())
+            .arg(server.metrics.to_string()),
         "python interop ok",
     )
     .await
@@ -157,6 +158,7 @@ async fn a_node_client_loading_the_protos_holds_reattaches_and_works_a_queue() -
             .arg(repo().join("tests/interop/node/interop.js"))
             .arg(repo().join("proto"))
             .arg(server.addr.to_string())
+            .arg(server.metrics.to_string())
             .env("NODE_PATH", &modules),
         "node interop ok",
     )

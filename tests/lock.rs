@@ -1583,3 +1583,102 @@ async fn unset_durations_mean_the_defaults_and_maximums_are_inclusive() -> TestR
     assert!(wins(&mut locks, acquire("max", "o", 24 * 3_600_000, 3_600_000)).await?);
     Ok(())
 }
+
+/// A TCP proxy to `target` that can go silent, as a cut network does: frozen, it stops
+/// forwarding both ways but keeps the sockets open, so neither side sees a close.
+struct FreezingProxy {
+    addr: std::net::SocketAddr,
+    frozen: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl FreezingProxy {
+    async fn start(target: std::net::SocketAddr) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().unwrap();
+        let frozen = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = frozen.clone();
+        tokio::spawn(async move {
+            while let Ok((inbound, _)) = listener.accept().await {
+                let outbound = tokio::net::TcpStream::connect(target)
+                    .await
+                    .expect("connect");
+                let (from_client, to_client) = inbound.into_split();
+                let (from_server, to_server) = outbound.into_split();
+                tokio::spawn(forward(from_client, to_server, flag.clone()));
+                tokio::spawn(forward(from_server, to_client, flag.clone()));
+            }
+        });
+        Self { addr, frozen }
+    }
+
+    fn freeze(&self) {
+        self.frozen.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Copies `from` to `to` until either closes; once `frozen`, holds both and copies
+/// nothing more.
+async fn forward(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    frozen: Arc<std::sync::atomic::AtomicBool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buffer = vec![0u8; 16 * 1024];
+    loop {
+        if frozen.load(Ordering::SeqCst) {
+            let _held = (from, to);
+            return std::future::pending().await;
+        }
+        let read = tokio::time::timeout(Duration::from_millis(50), from.read(&mut buffer)).await;
+        let Ok(read) = read else {
+            continue; // look at the flag again
+        };
+        match read {
+            Ok(0) | Err(_) => return,
+            Ok(n) if !frozen.load(Ordering::SeqCst) => {
+                if to.write_all(&buffer[..n]).await.is_err() {
+                    return;
+                }
+            }
+            Ok(_) => {}
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_whose_client_vanished_without_closing_is_released_by_keepalive() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start_with(&redis, |c| {
+        c.keepalive_interval = Duration::from_millis(200);
+        c.keepalive_timeout = Duration::from_millis(200);
+    })
+    .await;
+    let proxy = FreezingProxy::start(server.addr).await;
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", proxy.addr))?
+        .connect()
+        .await?;
+    let mut far = LockServiceClient::new(channel);
+    let mut stream = far
+        .hold(hold("vanished", "alice", 30_000, 0))
+        .await?
+        .into_inner();
+    assert!(matches!(
+        next_event(&mut stream).await,
+        Some(Event::Acquired(_))
+    ));
+    // The network goes silent: no close, no reset. The server's renewals would keep
+    // the 30 s lease forever; its unanswered ping closes the connection instead, and
+    // the Hold is released.
+    proxy.freeze();
+    let mut locks = server.locks().await;
+    common::eventually("the vanished client's lock released", common::WAIT, || {
+        let mut locks = locks.clone();
+        async move { !is_held(&mut locks, "vanished").await.unwrap_or(true) }
+    })
+    .await;
+    assert!(!is_held(&mut locks, "vanished").await?);
+    Ok(())
+}

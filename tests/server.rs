@@ -293,6 +293,30 @@ fn ms(ms: i64) -> Option<prost_types::Duration> {
     common::ms(ms)
 }
 
+/// Leases one task of `queue` and gives it back (on its last attempt: it dies).
+async fn lease_and_nack(
+    queues: &mut turnstile::pb::queue_service_client::QueueServiceClient<tonic::transport::Channel>,
+    queue: &str,
+) -> TestResult {
+    use turnstile::pb;
+    let leased = queues
+        .lease(pb::LeaseRequest {
+            queue: queue.into(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner()
+        .tasks;
+    queues
+        .nack(pb::NackRequest {
+            queue: queue.into(),
+            receipt: leased[0].receipt.clone(),
+            delay: None,
+        })
+        .await?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_known_traffic_by_method_code_stream_and_queue() -> TestResult {
     use turnstile::pb::{self, TaskSpec};
@@ -407,14 +431,7 @@ async fn metrics_count_known_traffic_by_method_code_stream_and_queue() -> TestRe
             tasks: vec![spec("x", 1)],
         })
         .await?;
-    let leased = queues.lease(lease("dq", 1)).await?.into_inner().tasks;
-    queues
-        .nack(pb::NackRequest {
-            queue: "dq".into(),
-            receipt: leased[0].receipt.clone(),
-            delay: None,
-        })
-        .await?;
+    lease_and_nack(&mut queues, "dq").await?;
     assert_eq!(
         server
             .metric(&queue_metric("turnstile_dead_letters_total", "dq"))
@@ -429,14 +446,7 @@ async fn metrics_count_known_traffic_by_method_code_stream_and_queue() -> TestRe
             ids: vec![],
         })
         .await?;
-    let leased = queues.lease(lease("dq", 1)).await?.into_inner().tasks;
-    queues
-        .nack(pb::NackRequest {
-            queue: "dq".into(),
-            receipt: leased[0].receipt.clone(),
-            delay: None,
-        })
-        .await?;
+    lease_and_nack(&mut queues, "dq").await?;
     assert_eq!(
         server
             .metric(&queue_metric("turnstile_dead_letters_total", "dq"))

@@ -82,6 +82,85 @@ struct QueueEntry {
     redeliveries: u64,
 }
 
+/// The queues named recently, by tenant and then by name, so that naming a known
+/// queue (every queue RPC does) is two lookups by reference and allocates nothing.
+#[derive(Debug, Default)]
+struct Queues {
+    by_tenant: HashMap<Tenant, HashMap<String, QueueEntry>>,
+    /// Queues in `by_tenant`, against [`MAX_QUEUES`].
+    len: usize,
+}
+
+impl Queues {
+    /// Marks `queue` of `tenant` seen `now` (adding it, making room if full), then
+    /// applies `change` to its entry.
+    fn touch(
+        &mut self,
+        tenant: &Tenant,
+        queue: &str,
+        now: Instant,
+        change: impl FnOnce(&mut QueueEntry),
+    ) {
+        let known = self
+            .by_tenant
+            .get(tenant)
+            .is_some_and(|queues| queues.contains_key(queue));
+        if !known {
+            if self.len >= MAX_QUEUES {
+                self.forget_old(now);
+            }
+            if self.len >= MAX_QUEUES {
+                self.forget_oldest();
+            }
+            let entry = QueueEntry {
+                seen: now,
+                deliveries: 0,
+                redeliveries: 0,
+            };
+            self.by_tenant
+                .entry(tenant.clone())
+                .or_default()
+                .insert(queue.to_owned(), entry);
+            self.len += 1;
+        }
+        if let Some(entry) = self
+            .by_tenant
+            .get_mut(tenant)
+            .and_then(|queues| queues.get_mut(queue))
+        {
+            entry.seen = now;
+            change(entry);
+        }
+    }
+
+    /// Drops the queues not named within [`QUEUE_WINDOW`].
+    fn forget_old(&mut self, now: Instant) {
+        for queues in self.by_tenant.values_mut() {
+            queues.retain(|_, entry| now.duration_since(entry.seen) < QUEUE_WINDOW);
+        }
+        self.by_tenant.retain(|_, queues| !queues.is_empty());
+        self.len = self.by_tenant.values().map(HashMap::len).sum();
+    }
+
+    /// Drops the least recently named queue.
+    fn forget_oldest(&mut self) {
+        let oldest = self
+            .by_tenant
+            .iter()
+            .flat_map(|(tenant, queues)| {
+                queues.iter().map(move |(queue, e)| (e.seen, tenant, queue))
+            })
+            .min_by_key(|(seen, _, _)| *seen)
+            .map(|(_, tenant, queue)| (tenant.clone(), queue.clone()));
+        if let Some((tenant, queue)) = oldest {
+            if let Some(queues) = self.by_tenant.get_mut(&tenant) {
+                queues.remove(&queue);
+                self.len -= 1;
+            }
+        }
+    }
+}
+
 /// This replica's metrics; cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Metrics(Arc<Inner>);
@@ -95,7 +174,7 @@ struct Inner {
     streams: [AtomicI64; 2],
     lateness: Histogram,
     redis_up: AtomicBool,
-    queues: Mutex<HashMap<QueueLabel, QueueEntry>>,
+    queues: Mutex<Queues>,
 }
 
 impl Metrics {
@@ -173,41 +252,26 @@ impl Metrics {
     }
 
     fn with_queue(&self, tenant: &Tenant, queue: &str, change: impl FnOnce(&mut QueueEntry)) {
-        let now = Instant::now();
         let mut queues = self.0.queues.lock().unwrap_or_else(PoisonError::into_inner);
-        let label = QueueLabel {
-            tenant: tenant.clone(),
-            queue: queue.to_owned(),
-        };
-        if !queues.contains_key(&label) && queues.len() >= MAX_QUEUES {
-            queues.retain(|_, entry| now.duration_since(entry.seen) < QUEUE_WINDOW);
-            if queues.len() >= MAX_QUEUES {
-                let oldest = queues
-                    .iter()
-                    .min_by_key(|(_, entry)| entry.seen)
-                    .map(|(label, _)| label.clone());
-                if let Some(oldest) = oldest {
-                    queues.remove(&oldest);
-                }
-            }
-        }
-        let entry = queues.entry(label).or_insert(QueueEntry {
-            seen: now,
-            deliveries: 0,
-            redeliveries: 0,
-        });
-        entry.seen = now;
-        change(entry);
+        queues.touch(tenant, queue, Instant::now(), change);
     }
 
     /// The queues named within the window, with their delivery counts; older ones go.
     fn recent_queues(&self) -> Vec<(QueueLabel, u64, u64)> {
-        let now = Instant::now();
         let mut queues = self.0.queues.lock().unwrap_or_else(PoisonError::into_inner);
-        queues.retain(|_, entry| now.duration_since(entry.seen) < QUEUE_WINDOW);
+        queues.forget_old(Instant::now());
         let mut recent: Vec<_> = queues
+            .by_tenant
             .iter()
-            .map(|(label, e)| (label.clone(), e.deliveries, e.redeliveries))
+            .flat_map(|(tenant, queues)| {
+                queues.iter().map(move |(queue, e)| {
+                    let label = QueueLabel {
+                        tenant: tenant.clone(),
+                        queue: queue.clone(),
+                    };
+                    (label, e.deliveries, e.redeliveries)
+                })
+            })
             .collect();
         recent.sort_by(|a, b| {
             (a.0.tenant.as_str(), &a.0.queue).cmp(&(b.0.tenant.as_str(), &b.0.queue))

@@ -245,22 +245,6 @@ impl redis::aio::ConnectionLike for Link {
     }
 }
 
-impl Link {
-    /// Turns a reply into our result, counting failures and, for one Redis, flagging
-    /// the socket on connection trouble (the cluster client reconnects by itself).
-    fn finish<T>(
-        &self,
-        reply: redis::RedisResult<T>,
-        timeout: Duration,
-        errors: &ErrorCounts,
-    ) -> Result<T> {
-        match self {
-            Link::Single(conn) => conn.finish(reply, timeout, errors),
-            Link::Cluster(_) => reply.map_err(|err| failed(err, timeout, errors)),
-        }
-    }
-}
-
 /// One of the sockets in use: empty until first used or after it broke.
 #[derive(Default)]
 struct Socket {
@@ -412,14 +396,14 @@ impl Redis {
     ) -> Result<T> {
         let mut conn = self.conn(key).await?;
         let reply = invocation.invoke_async(&mut conn).await;
-        conn.finish(reply, self.timeout, &self.errors)
+        self.finish(&conn, reply)
     }
 
     /// Runs one plain command with the Redis timeout.
     pub async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
         let mut conn = self.conn(None).await?;
         let reply = cmd.query_async(&mut conn).await;
-        conn.finish(reply, self.timeout, &self.errors)
+        self.finish(&conn, reply)
     }
 
     /// Runs a pipeline of plain commands whose replies are ignored, with the Redis timeout.
@@ -429,7 +413,7 @@ impl Redis {
             Link::Cluster(cluster) => cluster::query_split(cluster, pipe).await,
             Link::Single(_) => pipe.query_async(&mut conn).await,
         };
-        conn.finish(reply, self.timeout, &self.errors)
+        self.finish(&conn, reply)
     }
 
     /// `SCRIPT LOAD`s every script, so the first request runs by SHA at once.
@@ -437,7 +421,7 @@ impl Redis {
         for script in scripts {
             let mut conn = self.conn(None).await?;
             let reply = script.inner.prepare_invoke().load_async(&mut conn).await;
-            conn.finish(reply, self.timeout, &self.errors)?;
+            self.finish(&conn, reply)?;
         }
         Ok(())
     }
@@ -457,6 +441,27 @@ impl Redis {
             check_version(&info)?;
         }
         Ok(())
+    }
+
+    /// Turns a reply on `conn` into our result: a failure is counted by kind; on one
+    /// Redis, connection trouble flags the socket (a socket that stopped answering may
+    /// be half-open: a fresh one is taken); the cluster client reconnects by itself.
+    /// The connections' own response timeout (`--redis-timeout`) bounds every command.
+    fn finish<T>(&self, conn: &Link, reply: redis::RedisResult<T>) -> Result<T> {
+        reply.map_err(|err| {
+            self.errors.add(ErrorKind::of(&err));
+            if let Link::Single(conn) = conn {
+                if err.is_io_error() || err.is_connection_dropped() || err.is_unrecoverable_error()
+                {
+                    conn.broken.store(true, Ordering::Relaxed);
+                }
+            }
+            if err.is_timeout() {
+                Error::Unavailable(format!("redis did not answer within {:?}", self.timeout))
+            } else {
+                err.into()
+            }
+        })
     }
 
     /// PING, for the readiness probe.
@@ -502,35 +507,6 @@ fn socket_of(key: &str) -> usize {
         (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
     });
     (hash % SOCKETS as u64) as usize
-}
-
-impl Conn {
-    /// Turns a reply into our result, flagging the socket on connection trouble. The
-    /// connection's own response timeout (`--redis-timeout`) bounds every command.
-    fn finish<T>(
-        &self,
-        reply: redis::RedisResult<T>,
-        timeout: Duration,
-        errors: &ErrorCounts,
-    ) -> Result<T> {
-        reply.map_err(|err| {
-            if err.is_io_error() || err.is_connection_dropped() || err.is_unrecoverable_error() {
-                // A socket that stopped answering may be half-open: start a fresh one.
-                self.broken.store(true, Ordering::Relaxed);
-            }
-            failed(err, timeout, errors)
-        })
-    }
-}
-
-/// A failed command, counted by kind and converted (a timeout names `timeout`).
-fn failed(err: redis::RedisError, timeout: Duration, errors: &ErrorCounts) -> Error {
-    errors.add(ErrorKind::of(&err));
-    if err.is_timeout() {
-        Error::Unavailable(format!("redis did not answer within {timeout:?}"))
-    } else {
-        err.into()
-    }
 }
 
 #[cfg(test)]

@@ -1,15 +1,16 @@
 // turnstile from Node: the .proto files loaded at run time (@grpc/proto-loader), then a
 // lock round trip, Hold with a re-attach by token, Enqueue, Subscribe and Ack against a
-// real server. Usage: node interop.js PROTO_DIR HOST:PORT. Exits non-zero on the first
-// broken expectation.
+// real server. Usage: node interop.js PROTO_DIR HOST:PORT METRICS_HOST:PORT. Exits
+// non-zero on the first broken expectation.
 'use strict';
 
 const assert = require('node:assert/strict');
 const path = require('node:path');
+const http = require('node:http');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
 
-const [protoDir, address] = process.argv.slice(2);
+const [protoDir, address, metricsAddress] = process.argv.slice(2);
 const definition = protoLoader.loadSync(
   ['turnstile/v1/lock.proto', 'turnstile/v1/queue.proto'].map((f) => path.join(protoDir, f)),
   { includeDirs: [protoDir], longs: String, defaults: true, oneofs: true },
@@ -39,6 +40,30 @@ function nextEvent(stream, kind) {
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
+// Checks `done` every 20 ms until it holds, failing after 10 s.
+async function waitFor(what, done) {
+  const deadline = Date.now() + 10000;
+  while (!(await done())) {
+    assert.ok(Date.now() < deadline, `not within 10 s: ${what}`);
+    await sleep(20);
+  }
+}
+
+// The value of `name` (with its labels) in a scrape of the server's /metrics.
+const metric = (name) =>
+  new Promise((resolve, reject) => {
+    http
+      .get(`http://${metricsAddress}/metrics`, (reply) => {
+        let body = '';
+        reply.on('data', (chunk) => (body += chunk));
+        reply.on('end', () => {
+          const line = body.split('\n').find((l) => l.startsWith(`${name} `));
+          resolve(line === undefined ? undefined : Number(line.split(' ').pop()));
+        });
+      })
+      .on('error', reject);
+  });
+
 async function main() {
   // A lock round trip.
   const won = await call(locks, 'Acquire', { name: 'js-lock', owner: 'js', ttl: { seconds: 30 } });
@@ -61,15 +86,11 @@ async function main() {
   assert.equal(reattached.token, acquired.token);
   assert.equal(reattached.fencingToken, acquired.fencingToken);
   first.cancel(); // The replaced stream's end does not release the lease.
-  await sleep(200);
+  await waitFor('the replaced stream ended', async () => (await metric('turnstile_streams_open{kind="hold"}')) === 1);
   assert.ok((await call(locks, 'Describe', { name: 'js-hold', token: acquired.token })).heldByToken);
   await nextEvent(second, 'renewed');
   second.cancel(); // Cancelling the stream that holds it releases at once.
-  const deadline = Date.now() + 2000;
-  while ((await call(locks, 'Describe', { name: 'js-hold' })).held) {
-    assert.ok(Date.now() < deadline, 'not released after the cancel');
-    await sleep(20);
-  }
+  await waitFor('released after the cancel', async () => !(await call(locks, 'Describe', { name: 'js-hold' })).held);
 
   // Enqueue two tasks, Subscribe, Ack both.
   const queued = await call(queues, 'Enqueue', {

@@ -1,10 +1,11 @@
 """turnstile from Python: stubs generated from proto/ at test time (grpcio-tools),
 then a lock round trip, Hold with a re-attach by token, Enqueue, Subscribe and Ack
-against a real server. Usage: interop.py STUBS_DIR HOST:PORT. Exits non-zero on the
-first broken expectation."""
+against a real server. Usage: interop.py STUBS_DIR HOST:PORT METRICS_HOST:PORT. Exits
+non-zero on the first broken expectation."""
 
 import sys
 import time
+import urllib.request
 
 sys.path.insert(0, sys.argv[1])
 
@@ -25,6 +26,23 @@ def first_event(stream, kind):
         assert event == kind, f"expected {kind}, got {message}"
         return getattr(message, event)
     raise AssertionError(f"the stream ended before {kind}")
+
+
+def wait_for(what, done):
+    """Checks `done` every 20 ms until it holds, failing after 10 s."""
+    deadline = time.time() + 10
+    while not done():
+        assert time.time() < deadline, f"not within 10 s: {what}"
+        time.sleep(0.02)
+
+
+def metric(name):
+    """The value of `name` (with its labels) in a scrape of the server's /metrics."""
+    with urllib.request.urlopen(f"http://{sys.argv[3]}/metrics") as reply:
+        for line in reply.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[-1])
+    return None
 
 
 def main():
@@ -51,15 +69,13 @@ def main():
     assert reattached.token == acquired.token, reattached
     assert reattached.fencing_token == acquired.fencing_token, reattached
     first.cancel()  # The replaced stream's end does not release the lease.
-    time.sleep(0.2)
+    wait_for("the replaced stream ended", lambda: metric('turnstile_streams_open{kind="hold"}') == 1)
     seen = locks.Describe(lock_pb2.DescribeRequest(name="py-hold", token=acquired.token))
     assert seen.held_by_token, seen
     assert first_event(second, "renewed").expires_at.seconds > 0
     second.cancel()  # Cancelling the stream that holds it releases at once.
-    deadline = time.time() + 2
-    while locks.Describe(lock_pb2.DescribeRequest(name="py-hold")).held:
-        assert time.time() < deadline, "not released after the cancel"
-        time.sleep(0.02)
+    wait_for("released after the cancel",
+             lambda: not locks.Describe(lock_pb2.DescribeRequest(name="py-hold")).held)
 
     # Enqueue two tasks, Subscribe, Ack both.
     queued = queues.Enqueue(
