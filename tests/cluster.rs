@@ -10,11 +10,6 @@ use common::{cluster::TestCluster, ms, TestResult, TestServer};
 use tokio_stream::StreamExt;
 use turnstile::pb::{self, hold_response, subscribe_response};
 
-async fn server_on(cluster: &TestCluster) -> TestServer {
-    let url = cluster.url();
-    TestServer::start_on(&url, |c| c.redis_cluster = true, None).await
-}
-
 /// `count` names whose keys (built by `key`) are served by different primaries.
 fn names_on_different_primaries(
     cluster: &TestCluster,
@@ -50,8 +45,8 @@ fn acquire(name: &str, owner: &str, wait_ms: i64) -> pb::AcquireRequest {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_wake_waiters_and_release_all_across_the_primaries_of_a_cluster() -> TestResult {
     let cluster = TestCluster::start().await;
-    let server = server_on(&cluster).await;
-    let other = server_on(&cluster).await;
+    let server = TestServer::start(&cluster).await;
+    let other = TestServer::start(&cluster).await;
     let names =
         names_on_different_primaries(&cluster, "lock", |n| format!("turnstile:lock:{{{n}}}"));
     let mut locks = server.locks().await;
@@ -125,8 +120,8 @@ async fn locks_wake_waiters_and_release_all_across_the_primaries_of_a_cluster() 
 async fn queues_lease_ack_and_push_to_subscribers_across_the_primaries_of_a_cluster() -> TestResult
 {
     let cluster = TestCluster::start().await;
-    let server = server_on(&cluster).await;
-    let other = server_on(&cluster).await;
+    let server = TestServer::start(&cluster).await;
+    let other = TestServer::start(&cluster).await;
     let names = names_on_different_primaries(&cluster, "queue", |n| {
         format!("turnstile:queue:{{{n}}}:pending")
     });
@@ -220,7 +215,7 @@ async fn a_primary_failover_under_load_keeps_serving_and_fencing_tokens_never_go
         Arc, Mutex,
     };
     let mut cluster = TestCluster::start().await;
-    let server = server_on(&cluster).await;
+    let server = TestServer::start(&cluster).await;
     let lock = "failover-lock";
     let queue = "failover-queue";
     let victim = cluster.primary_of(&format!("turnstile:lock:{{{lock}}}"));

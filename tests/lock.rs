@@ -11,7 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{ms, unix_ms, with_timeout, TestRedis, TestResult, TestServer};
+use common::{ms, unix_ms, with_timeout, TestRedis, TestResult, TestServer, TestStore};
 use redis::AsyncCommands;
 use tokio_stream::StreamExt;
 use tonic::Code;
@@ -76,9 +76,8 @@ async fn release_all(
     Ok(released)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acquire_then_release_frees_the_lock() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(acquire_then_release_frees_the_lock);
+async fn acquire_then_release_frees_the_lock(redis: TestStore) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut locks = server.locks().await;
     let won = locks
@@ -103,9 +102,8 @@ async fn acquire_then_release_frees_the_lock() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_held_lock_refuses_everyone_including_its_own_owner() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(a_held_lock_refuses_everyone_including_its_own_owner);
+async fn a_held_lock_refuses_everyone_including_its_own_owner(redis: TestStore) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut locks = server.locks().await;
     let won = locks
@@ -128,9 +126,8 @@ async fn a_held_lock_refuses_everyone_including_its_own_owner() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn release_never_frees_another_holders_lock() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(release_never_frees_another_holders_lock);
+async fn release_never_frees_another_holders_lock(redis: TestStore) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut locks = server.locks().await;
     let first = locks
@@ -166,9 +163,8 @@ async fn release_never_frees_another_holders_lock() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_retried_request_id_gets_the_same_lease_back() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(a_retried_request_id_gets_the_same_lease_back);
+async fn a_retried_request_id_gets_the_same_lease_back(redis: TestStore) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut locks = server.locks().await;
     let mut request = acquire("retry", "alice", 10_000, 0);
@@ -190,9 +186,8 @@ async fn a_retried_request_id_gets_the_same_lease_back() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tokens_are_long_random_and_unique_per_acquisition() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(tokens_are_long_random_and_unique_per_acquisition);
+async fn tokens_are_long_random_and_unique_per_acquisition(redis: TestStore) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut locks = server.locks().await;
     let mut seen = std::collections::HashSet::new();
@@ -233,9 +228,10 @@ async fn tokens_are_long_random_and_unique_per_acquisition() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fencing_tokens_strictly_increase_across_release_and_expiry() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(fencing_tokens_strictly_increase_across_release_and_expiry);
+async fn fencing_tokens_strictly_increase_across_release_and_expiry(
+    redis: TestStore,
+) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut locks = server.locks().await;
     let mut last = 0;
@@ -263,9 +259,8 @@ async fn fencing_tokens_strictly_increase_across_release_and_expiry() -> TestRes
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fencing_tokens_never_repeat_after_redis_loses_its_writes() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(fencing_tokens_never_repeat_after_redis_loses_its_writes);
+async fn fencing_tokens_never_repeat_after_redis_loses_its_writes(redis: TestStore) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut locks = server.locks().await;
     let mut highest = 0;
@@ -278,9 +273,7 @@ async fn fencing_tokens_never_repeat_after_redis_loses_its_writes() -> TestResul
         locks.release(release("crash", &won.token)).await?;
     }
     // The worst crash: every write is gone (a lost second of AOF loses a subset of this).
-    let _: () = redis::cmd("FLUSHALL")
-        .query_async(&mut redis.conn().await)
-        .await?;
+    redis.lose_every_write().await;
     let won = locks
         .acquire(acquire("crash", "alice", 10_000, 0))
         .await?
@@ -293,9 +286,8 @@ async fn fencing_tokens_never_repeat_after_redis_loses_its_writes() -> TestResul
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn extend_resets_the_lease_only_for_the_holder() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(extend_resets_the_lease_only_for_the_holder);
+async fn extend_resets_the_lease_only_for_the_holder(redis: TestStore) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut locks = server.locks().await;
     let won = locks
@@ -337,12 +329,13 @@ async fn extend_resets_the_lease_only_for_the_holder() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_extended_lease_stays_in_the_owner_index_until_its_new_end() -> TestResult {
+on_each_store!(an_extended_lease_stays_in_the_owner_index_until_its_new_end);
+async fn an_extended_lease_stays_in_the_owner_index_until_its_new_end(
+    redis: TestStore,
+) -> TestResult {
     // ReleaseAll finds locks through the owner's index, whose entries are trimmed once
     // their score (lease end + slack) passes; an Extend must move the entry, or a lease
     // extended past its first end + slack would become invisible to ReleaseAll.
-    let redis = TestRedis::start().await;
     let server = TestServer::start(&redis).await;
     let mut locks = server.locks().await;
     let won = locks
@@ -361,7 +354,7 @@ async fn an_extended_lease_stays_in_the_owner_index_until_its_new_end() -> TestR
     let until: f64 = redis
         .conn()
         .await
-        .zscore("turnstile:owner:{alice}", "long")
+        .zscore(redis.key("owner:{alice}"), "long")
         .await?;
     assert!(
         until as i64 >= unix_ms(&extended.expires_at),
@@ -372,9 +365,10 @@ async fn an_extended_lease_stays_in_the_owner_index_until_its_new_end() -> TestR
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn describe_tells_who_holds_it_and_whether_a_token_is_the_holders() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(describe_tells_who_holds_it_and_whether_a_token_is_the_holders);
+async fn describe_tells_who_holds_it_and_whether_a_token_is_the_holders(
+    redis: TestStore,
+) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut locks = server.locks().await;
     let free = locks.describe(describe("desc", "")).await?.into_inner();
@@ -407,9 +401,8 @@ async fn describe_tells_who_holds_it_and_whether_a_token_is_the_holders() -> Tes
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn release_all_frees_every_lock_of_the_owner_and_no_other() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(release_all_frees_every_lock_of_the_owner_and_no_other);
+async fn release_all_frees_every_lock_of_the_owner_and_no_other(redis: TestStore) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut locks = server.locks().await;
     for name in ["a", "b{1}", "c"] {
@@ -426,11 +419,10 @@ async fn release_all_frees_every_lock_of_the_owner_and_no_other() -> TestResult 
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn release_all_sees_every_lock_won_by_concurrent_acquires() -> TestResult {
+on_each_store!(release_all_sees_every_lock_won_by_concurrent_acquires);
+async fn release_all_sees_every_lock_won_by_concurrent_acquires(redis: TestStore) -> TestResult {
     // Concurrent acquires share owner-index writes; each must be recorded before its
     // Acquire answers, under its own owner.
-    let redis = TestRedis::start().await;
     let server = TestServer::start(&redis).await;
     let locks = server.locks().await;
     let owners = ["alice", "bob", "carol", "dave"];
@@ -456,9 +448,10 @@ async fn release_all_sees_every_lock_won_by_concurrent_acquires() -> TestResult 
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn release_all_frees_locks_won_by_waiting_and_never_ones_only_tried() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(release_all_frees_locks_won_by_waiting_and_never_ones_only_tried);
+async fn release_all_frees_locks_won_by_waiting_and_never_ones_only_tried(
+    redis: TestStore,
+) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut locks = server.locks().await;
     // A try that lost leaves alice an index entry for bob's lock: harmless.
@@ -497,9 +490,8 @@ async fn release_all_frees_locks_won_by_waiting_and_never_ones_only_tried() -> T
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crashed_client_never_leaves_a_lock_longer_than_its_ttl() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(a_crashed_client_never_leaves_a_lock_longer_than_its_ttl);
+async fn a_crashed_client_never_leaves_a_lock_longer_than_its_ttl(redis: TestStore) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut locks = server.locks().await;
     let won = locks
@@ -508,7 +500,7 @@ async fn a_crashed_client_never_leaves_a_lock_longer_than_its_ttl() -> TestResul
         .into_inner();
     assert!(won.acquired);
     // alice never releases. Redis' own expiry frees the key (PEXPIRE in the same script).
-    let ttl: i64 = redis.conn().await.pttl("turnstile:lock:{crashy}").await?;
+    let ttl: i64 = redis.conn().await.pttl(redis.key("lock:{crashy}")).await?;
     assert!(ttl > 0 && ttl <= 300, "lease pttl {ttl}");
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert!(!is_held(&mut locks, "crashy").await?);
@@ -516,9 +508,8 @@ async fn a_crashed_client_never_leaves_a_lock_longer_than_its_ttl() -> TestResul
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiting_acquire_is_in_the_owner_index_before_it_can_win() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(a_waiting_acquire_is_in_the_owner_index_before_it_can_win);
+async fn a_waiting_acquire_is_in_the_owner_index_before_it_can_win(redis: TestStore) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut locks = server.locks().await;
     locks.acquire(acquire("idx", "alice", 60_000, 0)).await?;
@@ -532,7 +523,7 @@ async fn a_waiting_acquire_is_in_the_owner_index_before_it_can_win() -> TestResu
     let score: Option<i64> = redis
         .conn()
         .await
-        .zscore("turnstile:owner:{bob}", "idx")
+        .zscore(redis.key("owner:{bob}"), "idx")
         .await?;
     let score = score.expect("no owner index entry while waiting");
     assert!(score >= started + 30_000 + 10_000, "entry ends at {score}");
@@ -540,9 +531,8 @@ async fn a_waiting_acquire_is_in_the_owner_index_before_it_can_win() -> TestResu
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiter_is_woken_at_once_by_a_release() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(a_waiter_is_woken_at_once_by_a_release);
+async fn a_waiter_is_woken_at_once_by_a_release(redis: TestStore) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut locks = server.locks().await;
     let held = locks
@@ -575,9 +565,8 @@ async fn a_waiter_is_woken_at_once_by_a_release() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiter_is_woken_promptly_when_the_lease_expires() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(a_waiter_is_woken_promptly_when_the_lease_expires);
+async fn a_waiter_is_woken_promptly_when_the_lease_expires(redis: TestStore) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut locks = server.locks().await;
     let held = locks
@@ -595,9 +584,8 @@ async fn a_waiter_is_woken_promptly_when_the_lease_expires() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_wakes_one_waiter_not_every_waiter() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(a_release_wakes_one_waiter_not_every_waiter, own cluster);
+async fn a_release_wakes_one_waiter_not_every_waiter(redis: TestStore) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut locks = server.locks().await;
     let held = locks
@@ -638,9 +626,8 @@ async fn a_release_wakes_one_waiter_not_every_waiter() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn waiting_does_not_poll_redis() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(waiting_does_not_poll_redis, own cluster);
+async fn waiting_does_not_poll_redis(redis: TestStore) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut locks = server.locks().await;
     locks.acquire(acquire("idle", "alice", 60_000, 0)).await?;
@@ -670,9 +657,8 @@ async fn waiting_does_not_poll_redis() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wait_that_runs_out_answers_not_acquired_with_the_holder() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(a_wait_that_runs_out_answers_not_acquired_with_the_holder);
+async fn a_wait_that_runs_out_answers_not_acquired_with_the_holder(redis: TestStore) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut locks = server.locks().await;
     locks.acquire(acquire("busy", "alice", 60_000, 0)).await?;
@@ -691,9 +677,10 @@ async fn a_wait_that_runs_out_answers_not_acquired_with_the_holder() -> TestResu
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_caller_whose_deadline_passes_gets_deadline_exceeded_and_never_the_lock() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(a_caller_whose_deadline_passes_gets_deadline_exceeded_and_never_the_lock);
+async fn a_caller_whose_deadline_passes_gets_deadline_exceeded_and_never_the_lock(
+    redis: TestStore,
+) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut locks = server.locks().await;
     let held = locks
@@ -716,9 +703,10 @@ async fn a_caller_whose_deadline_passes_gets_deadline_exceeded_and_never_the_loc
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_try_once_whose_deadline_passes_in_flight_never_leaves_the_lock_held() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(a_try_once_whose_deadline_passes_in_flight_never_leaves_the_lock_held, own cluster);
+async fn a_try_once_whose_deadline_passes_in_flight_never_leaves_the_lock_held(
+    redis: TestStore,
+) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut locks = server.locks().await;
     // Redis holds every script for 400 ms, so the acquire waits in its queue past the
@@ -742,9 +730,8 @@ async fn a_try_once_whose_deadline_passes_in_flight_never_leaves_the_lock_held()
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_caller_that_cancels_never_ends_up_holding_the_lock() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(a_caller_that_cancels_never_ends_up_holding_the_lock);
+async fn a_caller_that_cancels_never_ends_up_holding_the_lock(redis: TestStore) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut locks = server.locks().await;
     let held = locks
@@ -770,14 +757,18 @@ async fn a_caller_that_cancels_never_ends_up_holding_the_lock() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn forty_clients_doing_read_modify_write_under_the_lock_lose_no_update() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(forty_clients_doing_read_modify_write_under_the_lock_lose_no_update);
+async fn forty_clients_doing_read_modify_write_under_the_lock_lose_no_update(
+    redis: TestStore,
+) -> TestResult {
     let server = TestServer::start(&redis).await;
+    let counter = redis.key("counter");
+    let shared_conn = redis.conn().await;
     let mut tasks = Vec::new();
     for client_no in 0..40 {
         let mut locks = server.locks().await;
-        let mut conn = redis.conn().await;
+        let mut conn = shared_conn.clone();
+        let counter = counter.clone();
         tasks.push(tokio::spawn(async move {
             for _ in 0..25 {
                 let won = locks
@@ -788,12 +779,12 @@ async fn forty_clients_doing_read_modify_write_under_the_lock_lose_no_update() -
                 assert!(won.acquired);
                 // A deliberately racy read-modify-write: only the lock keeps it correct.
                 let value: i64 = conn
-                    .get::<_, Option<i64>>("counter")
+                    .get::<_, Option<i64>>(&counter)
                     .await
                     .unwrap()
                     .unwrap_or(0);
                 tokio::task::yield_now().await;
-                let _: () = conn.set("counter", value + 1).await.unwrap();
+                let _: () = conn.set(&counter, value + 1).await.unwrap();
                 assert!(
                     locks
                         .release(release("counter", &won.token))
@@ -808,16 +799,19 @@ async fn forty_clients_doing_read_modify_write_under_the_lock_lose_no_update() -
     for task in tasks {
         task.await?;
     }
-    let total: i64 = redis.conn().await.get("counter").await?;
+    let total: i64 = redis.conn().await.get(&counter).await?;
     assert_eq!(total, 1000);
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_flash_sale_of_ten_phones_to_two_hundred_buyers_sells_exactly_ten() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(a_flash_sale_of_ten_phones_to_two_hundred_buyers_sells_exactly_ten);
+async fn a_flash_sale_of_ten_phones_to_two_hundred_buyers_sells_exactly_ten(
+    redis: TestStore,
+) -> TestResult {
     let server = TestServer::start(&redis).await;
-    let _: () = redis.conn().await.set("stock", 10).await?;
+    let stock_key = redis.key("stock");
+    let shared_conn = redis.conn().await;
+    let _: () = shared_conn.clone().set(&stock_key, 10).await?;
     let sales = Arc::new(AtomicI64::new(0));
     // Who is inside the critical section, and the fencing tokens in the order holders
     // entered it: with mutual exclusion, never two inside, tokens strictly increasing.
@@ -826,7 +820,8 @@ async fn a_flash_sale_of_ten_phones_to_two_hundred_buyers_sells_exactly_ten() ->
     let mut buyers = Vec::new();
     for buyer in 0..200 {
         let mut locks = server.locks().await;
-        let mut conn = redis.conn().await;
+        let mut conn = shared_conn.clone();
+        let stock_key = stock_key.clone();
         let (sales, inside, entered) = (sales.clone(), inside.clone(), entered.clone());
         buyers.push(tokio::spawn(async move {
             let won = locks
@@ -847,10 +842,10 @@ async fn a_flash_sale_of_ten_phones_to_two_hundred_buyers_sells_exactly_ten() ->
             );
             entered.lock().unwrap().push(won.fencing_token);
             // Read, yield, write: a second holder inside would oversell.
-            let stock: i64 = conn.get("stock").await.unwrap();
+            let stock: i64 = conn.get(&stock_key).await.unwrap();
             tokio::task::yield_now().await;
             if stock > 0 {
-                let _: () = conn.set("stock", stock - 1).await.unwrap();
+                let _: () = conn.set(&stock_key, stock - 1).await.unwrap();
                 sales.fetch_add(1, Ordering::SeqCst);
             }
             inside.fetch_sub(1, Ordering::SeqCst);
@@ -863,7 +858,7 @@ async fn a_flash_sale_of_ten_phones_to_two_hundred_buyers_sells_exactly_ten() ->
     for buyer in buyers {
         buyer.await?;
     }
-    let stock: i64 = redis.conn().await.get("stock").await?;
+    let stock: i64 = redis.conn().await.get(&stock_key).await?;
     assert_eq!(sales.load(Ordering::SeqCst), 10);
     assert_eq!(stock, 0);
     let entered = entered.lock().unwrap();
@@ -892,9 +887,8 @@ async fn next_event(stream: &mut tonic::Streaming<turnstile::pb::HoldResponse>) 
     message.expect("stream ok").event
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hold_renews_the_lease_and_releases_at_once_when_cancelled() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(hold_renews_the_lease_and_releases_at_once_when_cancelled);
+async fn hold_renews_the_lease_and_releases_at_once_when_cancelled(redis: TestStore) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut locks = server.locks().await;
     let mut stream = locks
@@ -944,9 +938,8 @@ async fn hold_renews_the_lease_and_releases_at_once_when_cancelled() -> TestResu
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hold_sends_heartbeats_while_waiting_and_while_holding() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(hold_sends_heartbeats_while_waiting_and_while_holding);
+async fn hold_sends_heartbeats_while_waiting_and_while_holding(redis: TestStore) -> TestResult {
     let server =
         TestServer::start_with(&redis, |c| c.stream_heartbeat = Duration::from_millis(100)).await;
     let mut locks = server.locks().await;
@@ -980,9 +973,8 @@ async fn hold_sends_heartbeats_while_waiting_and_while_holding() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hold_whose_wait_runs_out_sends_lost_and_ends_ok() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(hold_whose_wait_runs_out_sends_lost_and_ends_ok);
+async fn hold_whose_wait_runs_out_sends_lost_and_ends_ok(redis: TestStore) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut locks = server.locks().await;
     locks.acquire(acquire("taken", "alice", 60_000, 0)).await?;
@@ -1003,9 +995,8 @@ async fn hold_whose_wait_runs_out_sends_lost_and_ends_ok() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hold_sends_lost_when_the_lock_is_taken_from_it() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(hold_sends_lost_when_the_lock_is_taken_from_it);
+async fn hold_sends_lost_when_the_lock_is_taken_from_it(redis: TestStore) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut locks = server.locks().await;
     let mut stream = locks
@@ -1017,7 +1008,7 @@ async fn hold_sends_lost_when_the_lock_is_taken_from_it() -> TestResult {
         Some(Event::Acquired(_))
     ));
     // An operator deletes the lease and someone else takes the lock.
-    let _: () = redis.conn().await.del("turnstile:lock:{stolen}").await?;
+    let _: () = redis.conn().await.del(redis.key("lock:{stolen}")).await?;
     assert!(wins(&mut locks, acquire("stolen", "bob", 10_000, 0)).await?);
     loop {
         match next_event(&mut stream).await {
@@ -1079,10 +1070,10 @@ async fn reattaches(
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+on_each_store!(shutdown_ends_hold_streams_with_unavailable_and_keeps_their_lease_for_a_reattach);
 async fn shutdown_ends_hold_streams_with_unavailable_and_keeps_their_lease_for_a_reattach(
+    redis: TestStore,
 ) -> TestResult {
-    let redis = TestRedis::start().await;
     let server = TestServer::start(&redis).await;
     let other = TestServer::start(&redis).await;
     let mut locks = server.locks().await;
@@ -1128,9 +1119,10 @@ async fn eventually_free(
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hold_cut_by_connection_age_keeps_its_lease_and_reattaches_by_token() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(a_hold_cut_by_connection_age_keeps_its_lease_and_reattaches_by_token);
+async fn a_hold_cut_by_connection_age_keeps_its_lease_and_reattaches_by_token(
+    redis: TestStore,
+) -> TestResult {
     let server = TestServer::start_with(&redis, |c| {
         c.max_connection_age = Duration::from_millis(1_000);
         c.max_connection_age_grace = Duration::from_millis(500);
@@ -1159,9 +1151,10 @@ async fn a_hold_cut_by_connection_age_keeps_its_lease_and_reattaches_by_token() 
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_aged_out_connection_is_closed_after_its_grace_even_with_a_call_waiting() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(an_aged_out_connection_is_closed_after_its_grace_even_with_a_call_waiting);
+async fn an_aged_out_connection_is_closed_after_its_grace_even_with_a_call_waiting(
+    redis: TestStore,
+) -> TestResult {
     let server = TestServer::start_with(&redis, |c| {
         c.max_connection_age = Duration::from_millis(200);
         c.max_connection_age_grace = Duration::from_millis(200);
@@ -1192,9 +1185,10 @@ async fn an_aged_out_connection_is_closed_after_its_grace_even_with_a_call_waiti
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replaced_hold_stream_can_neither_renew_nor_release_its_successors_lease() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(a_replaced_hold_stream_can_neither_renew_nor_release_its_successors_lease);
+async fn a_replaced_hold_stream_can_neither_renew_nor_release_its_successors_lease(
+    redis: TestStore,
+) -> TestResult {
     let server = TestServer::start(&redis).await;
     // The first stream's connection "was cut" but the server has not noticed: it is
     // still open when the client re-attaches on another connection.
@@ -1237,9 +1231,10 @@ async fn a_replaced_hold_stream_can_neither_renew_nor_release_its_successors_lea
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hold_that_was_reattached_elsewhere_is_told_lost_on_its_next_renewal() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(a_hold_that_was_reattached_elsewhere_is_told_lost_on_its_next_renewal);
+async fn a_hold_that_was_reattached_elsewhere_is_told_lost_on_its_next_renewal(
+    redis: TestStore,
+) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut locks = server.locks().await;
     let mut first = locks
@@ -1265,9 +1260,10 @@ async fn a_hold_that_was_reattached_elsewhere_is_told_lost_on_its_next_renewal()
     panic!("the replaced stream kept renewing")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reattach_with_a_token_that_no_longer_holds_sends_lost_and_ends_ok() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(reattach_with_a_token_that_no_longer_holds_sends_lost_and_ends_ok);
+async fn reattach_with_a_token_that_no_longer_holds_sends_lost_and_ends_ok(
+    redis: TestStore,
+) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut locks = server.locks().await;
     let won = locks
@@ -1302,9 +1298,10 @@ async fn reattach_with_a_token_that_no_longer_holds_sends_lost_and_ends_ok() -> 
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn waiting_calls_answer_unavailable_when_the_server_shuts_down() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(waiting_calls_answer_unavailable_when_the_server_shuts_down, own cluster);
+async fn waiting_calls_answer_unavailable_when_the_server_shuts_down(
+    redis: TestStore,
+) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut locks = server.locks().await;
     locks.acquire(acquire("busy", "alice", 60_000, 0)).await?;
@@ -1335,9 +1332,8 @@ async fn waiting_calls_answer_unavailable_when_the_server_shuts_down() -> TestRe
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_input_is_invalid_argument_naming_the_field() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(bad_input_is_invalid_argument_naming_the_field);
+async fn bad_input_is_invalid_argument_naming_the_field(redis: TestStore) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut locks = server.locks().await;
     let long_name = "x".repeat(513);
@@ -1409,9 +1405,8 @@ async fn bad_input_is_invalid_argument_naming_the_field() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn too_many_waiters_or_streams_is_resource_exhausted() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(too_many_waiters_or_streams_is_resource_exhausted);
+async fn too_many_waiters_or_streams_is_resource_exhausted(redis: TestStore) -> TestResult {
     let server = TestServer::start_with(&redis, |c| {
         c.max_waiters = 1;
         c.max_streams = 1;
@@ -1512,9 +1507,8 @@ async fn a_waiter_still_wakes_after_redis_restarts() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn scripts_run_by_sha_and_reload_after_redis_forgets_them() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(scripts_run_by_sha_and_reload_after_redis_forgets_them, own cluster);
+async fn scripts_run_by_sha_and_reload_after_redis_forgets_them(redis: TestStore) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut locks = server.locks().await;
     let won = locks
@@ -1551,9 +1545,10 @@ async fn scripts_run_by_sha_and_reload_after_redis_forgets_them() -> TestResult 
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unset_durations_mean_the_defaults_and_maximums_are_inclusive() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(unset_durations_mean_the_defaults_and_maximums_are_inclusive);
+async fn unset_durations_mean_the_defaults_and_maximums_are_inclusive(
+    redis: TestStore,
+) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut locks = server.locks().await;
     // ttl unset: 15 s, for Acquire and for Extend.
@@ -1648,9 +1643,10 @@ async fn forward(
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hold_whose_client_vanished_without_closing_is_released_by_keepalive() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(a_hold_whose_client_vanished_without_closing_is_released_by_keepalive);
+async fn a_hold_whose_client_vanished_without_closing_is_released_by_keepalive(
+    redis: TestStore,
+) -> TestResult {
     let server = TestServer::start_with(&redis, |c| {
         c.keepalive_interval = Duration::from_millis(200);
         c.keepalive_timeout = Duration::from_millis(200);

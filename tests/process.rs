@@ -285,19 +285,10 @@ fn tasks(from: usize, count: usize) -> Vec<TaskSpec> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_server_processes_on_one_redis_deliver_2000_tasks_exactly_once() -> TestResult {
-    deliver_2000_tasks_exactly_once(TestStore::start(false).await).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_server_processes_on_a_redis_cluster_deliver_2000_tasks_exactly_once() -> TestResult {
-    deliver_2000_tasks_exactly_once(TestStore::start(true).await).await
-}
-
+on_each_store!(three_server_processes_deliver_2000_tasks_exactly_once);
 /// Three server processes on `store`, four subscribers spread over them, each acking
 /// through another replica than the one it is subscribed to.
-async fn deliver_2000_tasks_exactly_once(store: TestStore) -> TestResult {
+async fn three_server_processes_deliver_2000_tasks_exactly_once(store: TestStore) -> TestResult {
     const TOTAL: usize = 2000;
     let replicas = 3;
     let servers: Vec<ServerProcess> = (0..replicas)
@@ -380,17 +371,7 @@ async fn deliver_2000_tasks_exactly_once(store: TestStore) -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_server_killed_with_deliveries_in_flight_loses_none_of_them() -> TestResult {
-    killed_server_loses_no_delivery_and_no_lock_outlives_its_ttl(TestStore::start(false).await)
-        .await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_server_of_three_on_a_redis_cluster_killed_loses_no_delivery() -> TestResult {
-    killed_server_loses_no_delivery_and_no_lock_outlives_its_ttl(TestStore::start(true).await).await
-}
-
+on_each_store!(killed_server_loses_no_delivery_and_no_lock_outlives_its_ttl);
 /// Three servers on `store`; the one holding a lock and three deliveries is
 /// SIGKILLed: the deliveries come back through another, and the lock is free once its
 /// TTL ends.

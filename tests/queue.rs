@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{ms, unix_ms, wait_redis_time, TestRedis, TestResult, TestServer};
+use common::{ms, unix_ms, wait_redis_time, TestRedis, TestResult, TestServer, TestStore};
 use redis::AsyncCommands;
 use tonic::{transport::Channel, Code};
 use turnstile::pb::{
@@ -114,9 +114,10 @@ fn ids(tasks: &[Task]) -> Vec<&str> {
     tasks.iter().map(|t| t.id.as_str()).collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_enqueued_task_is_leased_with_a_receipt_and_gone_after_ack() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(an_enqueued_task_is_leased_with_a_receipt_and_gone_after_ack);
+async fn an_enqueued_task_is_leased_with_a_receipt_and_gone_after_ack(
+    redis: TestStore,
+) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut queues = server.queues().await;
     let results = enqueue(
@@ -152,9 +153,8 @@ async fn an_enqueued_task_is_leased_with_a_receipt_and_gone_after_ack() -> TestR
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_delayed_task_is_not_leased_before_it_is_due() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(a_delayed_task_is_not_leased_before_it_is_due);
+async fn a_delayed_task_is_not_leased_before_it_is_due(redis: TestStore) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut queues = server.queues().await;
     let due = enqueue(&mut queues, vec![delayed("later", 400)]).await?[0].due_at;
@@ -170,9 +170,10 @@ async fn a_delayed_task_is_not_leased_before_it_is_due() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn earliest_due_leaves_first_and_equal_due_times_leave_in_enqueue_order() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(earliest_due_leaves_first_and_equal_due_times_leave_in_enqueue_order);
+async fn earliest_due_leaves_first_and_equal_due_times_leave_in_enqueue_order(
+    redis: TestStore,
+) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut queues = server.queues().await;
     let at = prost_types::Timestamp {
@@ -210,9 +211,10 @@ async fn earliest_due_leaves_first_and_equal_due_times_leave_in_enqueue_order() 
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_duplicate_id_is_kept_by_default_and_replaced_only_when_not_in_flight() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(a_duplicate_id_is_kept_by_default_and_replaced_only_when_not_in_flight);
+async fn a_duplicate_id_is_kept_by_default_and_replaced_only_when_not_in_flight(
+    redis: TestStore,
+) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut queues = server.queues().await;
     enqueue(&mut queues, vec![spec("d", "first")]).await?;
@@ -231,9 +233,8 @@ async fn a_duplicate_id_is_kept_by_default_and_replaced_only_when_not_in_flight(
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_batch_is_decided_in_order_as_if_enqueued_one_by_one() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(one_batch_is_decided_in_order_as_if_enqueued_one_by_one);
+async fn one_batch_is_decided_in_order_as_if_enqueued_one_by_one(redis: TestStore) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut queues = server.queues().await;
     enqueue(&mut queues, vec![spec("old", "stored")]).await?;
@@ -291,11 +292,10 @@ async fn one_batch_is_decided_in_order_as_if_enqueued_one_by_one() -> TestResult
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_acks_each_get_their_own_answers() -> TestResult {
+on_each_store!(concurrent_acks_each_get_their_own_answers);
+async fn concurrent_acks_each_get_their_own_answers(redis: TestStore) -> TestResult {
     // Concurrent Acks on one queue share script runs; each call must still get the
     // flags of its own receipts, in its own order.
-    let redis = TestRedis::start().await;
     let server = TestServer::start(&redis).await;
     let mut queues = server.queues().await;
     let batch: Vec<TaskSpec> = (0..300).map(|n| spec(&format!("c{n}"), "x")).collect();
@@ -333,9 +333,10 @@ async fn concurrent_acks_each_get_their_own_answers() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dedupe_window_refuses_a_late_duplicate_after_ack_cancel_or_auto_ack() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(a_dedupe_window_refuses_a_late_duplicate_after_ack_cancel_or_auto_ack);
+async fn a_dedupe_window_refuses_a_late_duplicate_after_ack_cancel_or_auto_ack(
+    redis: TestStore,
+) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut queues = server.queues().await;
     let windowed = |id: &str| TaskSpec {
@@ -379,9 +380,10 @@ async fn a_dedupe_window_refuses_a_late_duplicate_after_ack_cancel_or_auto_ack()
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_expired_lease_redelivers_with_a_new_receipt_and_the_old_one_is_stale() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(an_expired_lease_redelivers_with_a_new_receipt_and_the_old_one_is_stale);
+async fn an_expired_lease_redelivers_with_a_new_receipt_and_the_old_one_is_stale(
+    redis: TestStore,
+) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut queues = server.queues().await;
     let due = enqueue(&mut queues, vec![spec("v", "x")]).await?[0].due_at;
@@ -416,9 +418,8 @@ async fn an_expired_lease_redelivers_with_a_new_receipt_and_the_old_one_is_stale
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn extend_lease_keeps_a_long_task_leased() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(extend_lease_keeps_a_long_task_leased);
+async fn extend_lease_keeps_a_long_task_leased(redis: TestStore) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut queues = server.queues().await;
     enqueue(&mut queues, vec![spec("long", "x")]).await?;
@@ -437,9 +438,10 @@ async fn extend_lease_keeps_a_long_task_leased() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nack_requeues_until_max_attempts_then_the_task_is_dead_until_redriven() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(nack_requeues_until_max_attempts_then_the_task_is_dead_until_redriven);
+async fn nack_requeues_until_max_attempts_then_the_task_is_dead_until_redriven(
+    redis: TestStore,
+) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut queues = server.queues().await;
     enqueue(
@@ -492,9 +494,10 @@ async fn nack_requeues_until_max_attempts_then_the_task_is_dead_until_redriven()
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redrive_by_ids_and_of_hundreds_of_dead_tasks_in_bounded_runs() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(redrive_by_ids_and_of_hundreds_of_dead_tasks_in_bounded_runs, own cluster);
+async fn redrive_by_ids_and_of_hundreds_of_dead_tasks_in_bounded_runs(
+    redis: TestStore,
+) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut queues = server.queues().await;
     let tasks: Vec<TaskSpec> = (0..450)
@@ -537,7 +540,7 @@ async fn redrive_by_ids_and_of_hundreds_of_dead_tasks_in_bounded_runs() -> TestR
     let _: i64 = redis
         .conn()
         .await
-        .zadd("turnstile:queue:{q}:dead", "000000000999999:ghost", 0)
+        .zadd(redis.key("queue:{q}:dead"), "000000000999999:ghost", 0)
         .await?;
     // All of them: several script runs, none walking the whole dead set.
     let runs = redis.command_calls("evalsha").await;
@@ -563,9 +566,10 @@ async fn redrive_by_ids_and_of_hundreds_of_dead_tasks_in_bounded_runs() -> TestR
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn more_leases_running_out_at_once_than_one_script_run_returns_all_come_back() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(more_leases_running_out_at_once_than_one_script_run_returns_all_come_back);
+async fn more_leases_running_out_at_once_than_one_script_run_returns_all_come_back(
+    redis: TestStore,
+) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut queues = server.queues().await;
     // 2,500 tasks due an hour ago, a millisecond apart: more than one script run
@@ -603,9 +607,8 @@ async fn more_leases_running_out_at_once_than_one_script_run_returns_all_come_ba
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_expired_lease_on_the_last_attempt_makes_the_task_dead() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(an_expired_lease_on_the_last_attempt_makes_the_task_dead);
+async fn an_expired_lease_on_the_last_attempt_makes_the_task_dead(redis: TestStore) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut queues = server.queues().await;
     enqueue(
@@ -627,9 +630,10 @@ async fn an_expired_lease_on_the_last_attempt_makes_the_task_dead() -> TestResul
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lease_whose_caller_left_gives_its_tasks_back_at_their_original_due_time() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(a_lease_whose_caller_left_gives_its_tasks_back_at_their_original_due_time, own cluster);
+async fn a_lease_whose_caller_left_gives_its_tasks_back_at_their_original_due_time(
+    redis: TestStore,
+) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut queues = server.queues().await;
     let now = turnstile::time::now_ms();
@@ -672,9 +676,10 @@ async fn a_lease_whose_caller_left_gives_its_tasks_back_at_their_original_due_ti
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cancel_removes_waiting_tasks_and_leaves_in_flight_ones_alone() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(cancel_removes_waiting_tasks_and_leaves_in_flight_ones_alone);
+async fn cancel_removes_waiting_tasks_and_leaves_in_flight_ones_alone(
+    redis: TestStore,
+) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut queues = server.queues().await;
     enqueue(
@@ -716,9 +721,8 @@ async fn cancel_removes_waiting_tasks_and_leaves_in_flight_ones_alone() -> TestR
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stats_and_peek_agree_with_what_lease_then_returns() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(stats_and_peek_agree_with_what_lease_then_returns);
+async fn stats_and_peek_agree_with_what_lease_then_returns(redis: TestStore) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut queues = server.queues().await;
     let mut batch: Vec<TaskSpec> = (0..5).map(|n| spec(&format!("r{n}"), "x")).collect();
@@ -750,9 +754,8 @@ async fn stats_and_peek_agree_with_what_lease_then_returns() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn auto_ack_pops_at_most_once() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(auto_ack_pops_at_most_once);
+async fn auto_ack_pops_at_most_once(redis: TestStore) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut queues = server.queues().await;
     enqueue(&mut queues, vec![spec("p1", "x"), spec("p2", "x")]).await?;
@@ -775,9 +778,10 @@ async fn auto_ack_pops_at_most_once() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lease_and_peek_return_fewer_tasks_rather_than_a_reply_over_4_mib() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(lease_and_peek_return_fewer_tasks_rather_than_a_reply_over_4_mib);
+async fn lease_and_peek_return_fewer_tasks_rather_than_a_reply_over_4_mib(
+    redis: TestStore,
+) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut queues = server.queues().await;
     let big = vec![7u8; 1024 * 1024];
@@ -817,9 +821,10 @@ async fn lease_and_peek_return_fewer_tasks_rather_than_a_reply_over_4_mib() -> T
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiting_lease_returns_as_soon_as_a_task_is_enqueued_or_falls_due() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(a_waiting_lease_returns_as_soon_as_a_task_is_enqueued_or_falls_due, own cluster);
+async fn a_waiting_lease_returns_as_soon_as_a_task_is_enqueued_or_falls_due(
+    redis: TestStore,
+) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut producer = server.queues().await;
     let mut worker = server.queues().await;
@@ -983,9 +988,10 @@ async fn every_queue_rpc_is_unavailable_when_redis_is_slower_than_the_timeout_or
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_long_poll_whose_deadline_passes_answers_deadline_exceeded() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(a_long_poll_whose_deadline_passes_answers_deadline_exceeded);
+async fn a_long_poll_whose_deadline_passes_answers_deadline_exceeded(
+    redis: TestStore,
+) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut queues = server.queues().await;
     let started = Instant::now();
@@ -1013,9 +1019,8 @@ fn expect<T: std::fmt::Debug>(result: Result<tonic::Response<T>, tonic::Status>,
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_queue_input_is_invalid_argument_naming_the_field() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(bad_queue_input_is_invalid_argument_naming_the_field);
+async fn bad_queue_input_is_invalid_argument_naming_the_field(redis: TestStore) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut queues = server.queues().await;
     let enq = |queue: &str, tasks: Vec<TaskSpec>| EnqueueRequest {
@@ -1138,9 +1143,8 @@ async fn bad_queue_input_is_invalid_argument_naming_the_field() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn counts_of_zero_and_unset_durations_mean_the_defaults() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(counts_of_zero_and_unset_durations_mean_the_defaults);
+async fn counts_of_zero_and_unset_durations_mean_the_defaults(redis: TestStore) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut queues = server.queues().await;
     let tasks = (0..12).map(|n| spec(&format!("t{n:02}"), "x")).collect();
@@ -1183,9 +1187,8 @@ async fn counts_of_zero_and_unset_durations_mean_the_defaults() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn maximums_are_inclusive() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(maximums_are_inclusive);
+async fn maximums_are_inclusive(redis: TestStore) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut queues = server.queues().await;
     let tasks: Vec<TaskSpec> = (0..1000).map(|n| spec(&format!("t{n:04}"), "x")).collect();
@@ -1209,9 +1212,10 @@ async fn maximums_are_inclusive() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replace_moves_a_delayed_task_and_adopts_the_new_attempts_and_window() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(replace_moves_a_delayed_task_and_adopts_the_new_attempts_and_window);
+async fn replace_moves_a_delayed_task_and_adopts_the_new_attempts_and_window(
+    redis: TestStore,
+) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut queues = server.queues().await;
     enqueue(&mut queues, vec![delayed("r", 60_000)]).await?;
@@ -1240,9 +1244,8 @@ async fn replace_moves_a_delayed_task_and_adopts_the_new_attempts_and_window() -
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_enqueue_batch_is_seen_whole_or_not_at_all() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(an_enqueue_batch_is_seen_whole_or_not_at_all);
+async fn an_enqueue_batch_is_seen_whole_or_not_at_all(redis: TestStore) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut producer = server.queues().await;
     let mut watcher = server.queues().await;
@@ -1275,9 +1278,10 @@ async fn an_enqueue_batch_is_seen_whole_or_not_at_all() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nack_with_delay_zero_is_ready_at_once_for_the_next_attempt() -> TestResult {
-    let redis = TestRedis::start().await;
+on_each_store!(nack_with_delay_zero_is_ready_at_once_for_the_next_attempt);
+async fn nack_with_delay_zero_is_ready_at_once_for_the_next_attempt(
+    redis: TestStore,
+) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut queues = server.queues().await;
     enqueue(&mut queues, vec![spec("n", "x")]).await?;

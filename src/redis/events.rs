@@ -79,7 +79,7 @@ async fn run(
         turn += 1;
         match subscribe(info, &patterns).await {
             Ok(pubsub) => {
-                backoff = Duration::from_millis(50);
+                let subscribed = tokio::time::Instant::now();
                 tracing::debug!(patterns = patterns.len(), "pub/sub subscribed");
                 for (_, sink) in &routes {
                     sink.on_subscribed();
@@ -101,6 +101,14 @@ async fn run(
                     }
                 }
                 tracing::warn!("pub/sub connection lost; subscribing again");
+                // A node that accepts the subscription and drops it at once (a primary
+                // being demoted, a client limit) must not be asked again in a hot loop.
+                if subscribed.elapsed() < Duration::from_secs(1) {
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                } else {
+                    backoff = Duration::from_millis(50);
+                }
             }
             Err(err) => {
                 tracing::warn!(cause = %err, "pub/sub subscribe failed; retrying");

@@ -3,9 +3,12 @@
 //! each in its own temp dir, killed on drop.
 
 use std::{
+    os::unix::process::CommandExt,
     process::{Child, Command, Stdio},
     time::Duration,
 };
+
+use redis::cluster_async::ClusterConnection;
 
 use turnstile::redis::embedded::free_port;
 
@@ -20,6 +23,16 @@ pub struct TestCluster {
 
 impl TestCluster {
     pub async fn start() -> Self {
+        Self::start_with(false).await
+    }
+
+    /// A cluster whose nodes die with this process (`PR_SET_PDEATHSIG`, fired when the
+    /// calling thread exits): for one that is never dropped.
+    pub async fn start_for_process() -> Self {
+        Self::start_with(true).await
+    }
+
+    async fn start_with(die_with_thread: bool) -> Self {
         super::init_tracing();
         let dir = TempDir::new("cluster");
         let mut ports = Vec::new();
@@ -32,7 +45,20 @@ impl TestCluster {
             }
             let node_dir = dir.0.join(port.to_string());
             std::fs::create_dir_all(&node_dir).expect("node dir");
-            let child = Command::new("redis-server")
+            let mut command = Command::new("redis-server");
+            if die_with_thread {
+                // SAFETY: the closure runs between fork and exec and only calls prctl,
+                // which is async-signal-safe and allocates nothing.
+                unsafe {
+                    command.pre_exec(|| {
+                        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        Ok(())
+                    });
+                }
+            }
+            let child = command
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
                 .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"])
                 // A replica takes over however long ago it last heard its primary.
@@ -147,6 +173,72 @@ impl TestCluster {
             .join(",")
     }
 
+    /// A connection of the test's own, routed by key.
+    pub async fn conn(&self) -> ClusterConnection {
+        let seeds: Vec<String> = self.url().split(',').map(str::to_owned).collect();
+        redis::cluster::ClusterClient::new(seeds)
+            .expect("cluster seeds")
+            .get_async_connection()
+            .await
+            .expect("cluster connection")
+    }
+
+    /// How many times `command` ran, summed over every node (a replica runs none of
+    /// the scripts: it gets their effects).
+    pub fn command_calls(&self, command: &str) -> u64 {
+        self.ports
+            .iter()
+            .map(|port| command_stats(*port).get(command).copied().unwrap_or(0))
+            .sum()
+    }
+
+    /// Every command clients sent to the primaries: all but the replicas' `REPLCONF`
+    /// and the harness' own `INFO` and `CLUSTER NODES`.
+    pub fn client_commands(&self) -> u64 {
+        self.primaries()
+            .into_iter()
+            .flat_map(command_stats)
+            .filter(|(command, _)| {
+                !["replconf", "info", "cluster|nodes"].contains(&command.as_str())
+            })
+            .map(|(_, calls)| calls)
+            .sum()
+    }
+
+    /// The keys matching `pattern`, from every primary.
+    pub fn keys(&self, pattern: &str) -> Vec<String> {
+        self.primaries()
+            .into_iter()
+            .flat_map(|port| {
+                let keys = cluster_cli(port, &["--scan", "--pattern", pattern]).unwrap_or_default();
+                keys.lines().map(str::to_owned).collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    /// Holds every client's writes on every primary for `pause`.
+    pub fn pause_writes(&self, pause: Duration) {
+        let millis = pause.as_millis().to_string();
+        for port in self.primaries() {
+            let reply = cluster_cli(port, &["client", "pause", &millis, "write"]);
+            assert_eq!(reply.as_deref().map(str::trim), Some("OK"), "CLIENT PAUSE");
+        }
+    }
+
+    /// The ports of the primaries.
+    pub fn primaries(&self) -> Vec<u16> {
+        let nodes = cluster_cli(self.ports[0], &["cluster", "nodes"]).unwrap_or_default();
+        nodes
+            .lines()
+            .filter_map(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                let primary =
+                    fields.len() > 2 && fields[2].contains("master") && !fields[2].contains("fail");
+                primary.then(|| node_port(fields[1]))?
+            })
+            .collect()
+    }
+
     /// The port of the primary serving `key`'s slot.
     pub fn primary_of(&self, key: &str) -> u16 {
         let slot: u16 = cluster_cli(self.ports[0], &["cluster", "keyslot", key])
@@ -195,13 +287,23 @@ fn primary_for_slot(nodes: &str, slot: u16) -> Option<u16> {
                 _ => false,
             }
         });
-        let port = fields[1]
-            .split('@')
-            .next()?
-            .rsplit(':')
-            .next()?
-            .parse()
-            .ok()?;
-        serves.then_some(port)
+        serves.then(|| node_port(fields[1]))?
     })
+}
+
+/// The port of `ip:port@bus` (a `CLUSTER NODES` address).
+fn node_port(address: &str) -> Option<u16> {
+    address.split('@').next()?.rsplit(':').next()?.parse().ok()
+}
+
+/// `INFO commandstats` of the node on `port`: calls by command name.
+fn command_stats(port: u16) -> std::collections::HashMap<String, u64> {
+    let info = cluster_cli(port, &["info", "commandstats"]).unwrap_or_default();
+    info.lines()
+        .filter_map(|line| {
+            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(":calls=")?;
+            let calls = rest.split(',').next()?.parse().ok()?;
+            Some((name.to_owned(), calls))
+        })
+        .collect()
 }

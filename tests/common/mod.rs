@@ -4,6 +4,9 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod store;
+
+pub use store::{Store, TestStore};
 
 use std::{
     io::{BufRead, BufReader},
@@ -201,34 +204,25 @@ pub struct TestServer {
 }
 
 impl TestServer {
-    pub async fn start(redis: &TestRedis) -> Self {
+    pub async fn start(redis: &impl Store) -> Self {
         Self::start_with(redis, |_| {}).await
     }
 
     /// With changed settings (heartbeat, limits, ...).
-    pub async fn start_with(redis: &TestRedis, change: impl Fn(&mut Config)) -> Self {
+    pub async fn start_with(redis: &impl Store, change: impl Fn(&mut Config)) -> Self {
         Self::start_tls(redis, change, None).await
     }
 
     /// With changed settings that turn TLS on; clients connect with `client_tls`.
     pub async fn start_tls(
-        redis: &TestRedis,
-        change: impl Fn(&mut Config),
-        client_tls: Option<ClientTlsConfig>,
-    ) -> Self {
-        Self::start_on(&redis.url(), change, client_tls).await
-    }
-
-    /// On the Redis (or, with `redis_cluster` set by `change`, the cluster) at `url`.
-    pub async fn start_on(
-        url: &str,
+        redis: &impl Store,
         change: impl Fn(&mut Config),
         client_tls: Option<ClientTlsConfig>,
     ) -> Self {
         // The metrics port is picked free a moment before the server binds it: a start
         // that lost it to another process fails at once and is tried again.
         for _ in 0..5 {
-            let mut config = Config::for_redis(url);
+            let mut config = redis.config();
             let port = free_port().expect("free port");
             config.metrics_listen = SocketAddr::from(([127, 0, 0, 1], port));
             change(&mut config);
@@ -438,38 +432,6 @@ pub struct ServerProcess {
     pub addr: String,
 }
 
-/// What the servers of a test keep their state in: one `redis-server`, or a local
-/// Redis Cluster, so one test body runs on both.
-pub enum TestStore {
-    Single(Box<TestRedis>),
-    Cluster(cluster::TestCluster),
-}
-
-impl TestStore {
-    /// A Redis Cluster when `cluster`, else one Redis.
-    pub async fn start(cluster: bool) -> Self {
-        if cluster {
-            Self::Cluster(cluster::TestCluster::start().await)
-        } else {
-            Self::Single(Box::new(TestRedis::start().await))
-        }
-    }
-
-    /// The `serve` arguments that point a server at it.
-    pub fn serve_args(&self) -> Vec<String> {
-        match self {
-            Self::Single(redis) => vec!["--redis-url".into(), redis.url()],
-            Self::Cluster(cluster) => {
-                vec![
-                    "--redis-cluster".into(),
-                    "--redis-url".into(),
-                    cluster.url(),
-                ]
-            }
-        }
-    }
-}
-
 impl ServerProcess {
     pub fn start(redis: &TestRedis) -> Self {
         Self::start_args(&["--redis-url".to_owned(), redis.url()])
@@ -536,7 +498,7 @@ pub fn assert_drained(stats: &turnstile::pb::StatsResponse) {
 pub const WAIT: Duration = Duration::from_secs(10);
 
 /// Redis' clock (`TIME`) in Unix ms: the clock the scripts use.
-pub async fn redis_now_ms(conn: &mut redis::aio::MultiplexedConnection) -> i64 {
+pub async fn redis_now_ms(conn: &mut impl redis::aio::ConnectionLike) -> i64 {
     let (secs, micros): (i64, i64) = redis::cmd("TIME")
         .query_async(conn)
         .await
@@ -546,7 +508,7 @@ pub async fn redis_now_ms(conn: &mut redis::aio::MultiplexedConnection) -> i64 {
 
 /// Waits (through [`eventually`]) until Redis' clock reads at least `at` (Unix ms): how
 /// a test knows that a lease ran out or a task fell due, as the scripts see it.
-pub async fn wait_redis_time(conn: &redis::aio::MultiplexedConnection, at: i64) {
+pub async fn wait_redis_time(conn: &(impl redis::aio::ConnectionLike + Clone), at: i64) {
     eventually(&format!("redis time {at}"), WAIT, || {
         let mut conn = conn.clone();
         async move { redis_now_ms(&mut conn).await >= at }
