@@ -36,6 +36,18 @@ pub struct Config {
     #[arg(long, env = "TURNSTILE_REDIS_CLUSTER", requires = "redis_url")]
     pub redis_cluster: bool,
 
+    /// Every call that writes answers only once this many replicas of its Redis
+    /// primary confirmed the write (`WAIT`); UNAVAILABLE if they do not within half of
+    /// --redis-timeout. 0: off (replication stays asynchronous, and a failover can lose
+    /// the last writes a client was told of).
+    #[arg(
+        long,
+        env = "TURNSTILE_REDIS_WAIT_REPLICAS",
+        default_value_t = 0,
+        requires = "redis_url"
+    )]
+    pub redis_wait_replicas: u32,
+
     /// Where the embedded redis-server keeps its data.
     #[arg(long, env = "TURNSTILE_DATA_DIR", default_value = "./turnstile-data")]
     pub data_dir: PathBuf,

@@ -147,7 +147,8 @@ async fn serve(
     } else {
         Redis::with_info(nodes[0].clone(), config.redis_timeout, keys)
     }
-    .map_err(|err| err.to_string())?;
+    .map_err(|err| err.to_string())?
+    .wait_replicas(config.redis_wait_replicas);
     // A Redis too old for our scripts is refused at start; one that is down is
     // checked by the readiness probe when it comes up (NOT_SERVING until then).
     match redis.check_version().await {

@@ -352,3 +352,86 @@ async fn a_primary_failover_under_load_keeps_serving_and_fencing_tokens_never_go
     );
     Ok(())
 }
+
+/// `--redis-wait-replicas 1`: a task whose Enqueue answered OK survives the failover
+/// of its primary. The primary's replica is frozen (SIGSTOP) and its replication link
+/// cut while more tasks are enqueued, so those writes reach only the primary; the
+/// primary is then killed and the replica, thawed, takes over without them.
+/// Unconfirmed, they were never promised: their calls answered UNAVAILABLE. (With the
+/// check broken, they are confirmed and lost: the test goes red.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_wait_replicas_no_confirmed_task_is_lost_when_its_primary_fails() -> TestResult {
+    let mut cluster = TestCluster::start().await;
+    let server = TestServer::start_with(&cluster, |c| {
+        c.redis_wait_replicas = 1;
+        c.redis_timeout = Duration::from_secs(1);
+    })
+    .await;
+    let queue = "durable";
+    let key = format!("turnstile:queue:{{{queue}}}:pending");
+    let victim = cluster.primary_of(&key);
+    let replica = cluster.replica_of(victim);
+    let queues = server.queues().await;
+    let mut confirmed = Vec::new();
+    let mut refused = 0;
+    let enqueue = |id: String| {
+        let mut queues = queues.clone();
+        async move {
+            queues
+                .enqueue(pb::EnqueueRequest {
+                    queue: queue.into(),
+                    tasks: vec![pb::TaskSpec {
+                        id: id.clone(),
+                        ..Default::default()
+                    }],
+                })
+                .await
+                .map(|_| id)
+        }
+    };
+    for n in 0..20 {
+        confirmed.push(enqueue(format!("before-{n}")).await?);
+    }
+    cluster.signal(replica, libc::SIGSTOP);
+    cluster.cut_replicas(victim);
+    for n in 0..3 {
+        match enqueue(format!("frozen-{n}")).await {
+            Ok(id) => confirmed.push(id),
+            Err(status) => {
+                assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+                refused += 1;
+            }
+        }
+    }
+    cluster.kill(victim);
+    cluster.signal(replica, libc::SIGCONT);
+    cluster.wait_failover(victim, &key).await;
+    let present: Vec<String> = common::retry_unavailable("peek after the failover", || {
+        let mut queues = queues.clone();
+        async move {
+            queues
+                .peek(pb::PeekRequest {
+                    queue: queue.into(),
+                    state: pb::TaskState::Ready as i32,
+                    limit: 1000,
+                })
+                .await
+        }
+    })
+    .await
+    .into_inner()
+    .tasks
+    .into_iter()
+    .map(|task| task.id)
+    .collect();
+    let lost: Vec<&String> = confirmed
+        .iter()
+        .filter(|id| !present.contains(id))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "confirmed tasks lost in the failover: {lost:?}"
+    );
+    assert_eq!(refused, 3, "writes the frozen replica could not confirm");
+    Ok(())
+}

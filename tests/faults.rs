@@ -328,3 +328,91 @@ async fn everything_recovers_when_redis_is_killed_and_restarted_under_load() -> 
     assert_eq!(polled[0].id, "after-polled");
     Ok(())
 }
+
+/// `--redis-wait-replicas 1` on a Redis with one replica: writes answer once the
+/// replica confirmed them; with the replica gone, a write is UNAVAILABLE naming the
+/// flag (it may have happened: the caller retries it), and reads go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_wait_replicas_a_write_no_replica_confirmed_is_unavailable() -> TestResult {
+    let primary = TestRedis::start().await;
+    let mut replica = TestRedis::start().await;
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(primary.port)
+        .query_async(&mut replica.conn().await)
+        .await?;
+    eventually("the replica syncs", WAIT, || async {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut replica.conn().await)
+            .await
+            .unwrap_or_default();
+        info.contains("master_link_status:up")
+    })
+    .await;
+    let server = TestServer::start_with(&primary, |c| {
+        c.redis_wait_replicas = 1;
+        c.redis_timeout = Duration::from_secs(1);
+    })
+    .await;
+    let (mut locks, mut queues) = (server.locks().await, server.queues().await);
+    let enqueue = |id: &str| EnqueueRequest {
+        queue: "q".into(),
+        tasks: vec![TaskSpec {
+            id: id.into(),
+            ..Default::default()
+        }],
+    };
+    queues.enqueue(enqueue("confirmed")).await?;
+    let won = locks
+        .acquire(AcquireRequest {
+            name: "l".into(),
+            owner: "alice".into(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    assert!(won.acquired);
+    // Both writes are on the replica already: WAIT answered after they got there.
+    let on_replica: i64 = redis::cmd("EXISTS")
+        .arg("turnstile:lock:{l}")
+        .query_async(&mut replica.conn().await)
+        .await?;
+    assert_eq!(on_replica, 1);
+    // A Redis that forgot the scripts: NOSCRIPT inside the pipeline with WAIT, then
+    // the script is loaded and the pair sent again.
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut primary.conn().await)
+        .await?;
+    queues.enqueue(enqueue("after-flush")).await?;
+
+    replica.kill().await;
+    let started = std::time::Instant::now();
+    let refused = queues.enqueue(enqueue("unconfirmed")).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    assert!(
+        refused.message().contains("--redis-wait-replicas"),
+        "{refused:?}"
+    );
+    // WAIT gives up at half the Redis timeout, so the answer comes before the timeout.
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let refused = locks
+        .release(ReleaseRequest {
+            name: "l".into(),
+            token: won.token,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    // Reads wait for nobody.
+    let stats = queues
+        .stats(StatsRequest { queue: "q".into() })
+        .await?
+        .into_inner();
+    assert_eq!(
+        stats.ready, 3,
+        "the unconfirmed write happened on the primary"
+    );
+    Ok(())
+}

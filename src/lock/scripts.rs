@@ -25,7 +25,7 @@ impl LockScripts {
             release: script("release.lua", include_str!("release.lua")),
             release_owner: script("release_owner.lua", include_str!("release_owner.lua")),
             extend: script("extend.lua", include_str!("extend.lua")),
-            describe: script("describe.lua", include_str!("describe.lua")),
+            describe: script("describe.lua", include_str!("describe.lua")).read_only(),
         }
     }
 

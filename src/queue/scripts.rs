@@ -2,7 +2,7 @@
 //! key layout, the packed task meta and the shared helpers) in front, so every script
 //! is still one atomic EVALSHA. Also where a call's `KEYS` are put in script order.
 
-use crate::redis::{keys::QueueKeys, Script};
+use crate::redis::{keys::QueueKeys, Invocation, Script};
 
 /// A queue script: `prelude.lua`, then its own file.
 fn script(name: &'static str, body: &str) -> Script {
@@ -35,10 +35,10 @@ impl QueueScripts {
             ack: script("ack.lua", include_str!("ack.lua")),
             nack: script("nack.lua", include_str!("nack.lua")),
             extend_lease: script("extend_lease.lua", include_str!("extend_lease.lua")),
-            peek: script("peek.lua", include_str!("peek.lua")),
+            peek: script("peek.lua", include_str!("peek.lua")).read_only(),
             cancel: script("cancel.lua", include_str!("cancel.lua")),
             redrive: script("redrive.lua", include_str!("redrive.lua")),
-            stats: script("stats.lua", include_str!("stats.lua")),
+            stats: script("stats.lua", include_str!("stats.lua")).read_only(),
             dispatch: script("dispatch.lua", include_str!("dispatch.lua")),
             attach: script("attach.lua", include_str!("attach.lua")),
             detach: script("detach.lua", include_str!("detach.lua")),
@@ -67,7 +67,7 @@ impl QueueScripts {
 }
 
 /// Starts a call of `script` with every key of the queue, in `KEYS` order.
-pub(super) fn call<'a>(script: &'a Script, keys: &QueueKeys) -> redis::ScriptInvocation<'a> {
+pub(super) fn call<'a>(script: &'a Script, keys: &QueueKeys) -> Invocation<'a> {
     let mut call = script.key(&keys.all[0]);
     for key in &keys.all[1..] {
         call.key(key);

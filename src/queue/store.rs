@@ -26,7 +26,7 @@ impl QueueStore {
     /// the run that does the work never sees a lease that ran out as live.
     async fn invoke_reclaiming<T: redis::FromRedisValue>(
         &self,
-        call: &redis::ScriptInvocation<'_>,
+        call: &crate::redis::Invocation<'_>,
     ) -> Result<T> {
         loop {
             let reply: redis::Value = self.redis.invoke(call).await?;

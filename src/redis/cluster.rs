@@ -41,17 +41,25 @@ impl ClusterLink {
     }
 }
 
-/// Runs each command of `pipe` on its own slot, all at once; the first error.
+/// Runs each command of `pipe` on its own slot, all at once, each followed by `wait`
+/// on the same node: the first error, or the fewest replicas that confirmed a command.
 pub async fn query_split(
     connection: &ClusterConnection,
     pipe: &redis::Pipeline,
-) -> redis::RedisResult<()> {
+    wait: Option<&super::Wait>,
+) -> redis::RedisResult<Option<i64>> {
     let mut calls = tokio::task::JoinSet::new();
     for cmd in pipe.cmd_iter() {
-        let (cmd, mut connection) = (cmd.clone(), connection.clone());
-        calls.spawn(async move { cmd.query_async::<redis::Value>(&mut connection).await });
+        let mut one = redis::pipe();
+        one.add_command(cmd.clone());
+        if let Some(wait) = wait {
+            one.add_command(wait.command());
+        }
+        let mut connection = connection.clone();
+        calls.spawn(async move { one.query_async::<Vec<redis::Value>>(&mut connection).await });
     }
     let mut first_error = None;
+    let mut fewest: Option<i64> = None;
     while let Some(done) = calls.join_next().await {
         let result = done.map_err(|err| {
             redis::RedisError::from((
@@ -60,9 +68,16 @@ pub async fn query_split(
                 err.to_string(),
             ))
         });
-        if let Err(err) = result.and_then(|reply| reply.map(drop)) {
-            first_error.get_or_insert(err);
+        match result.and_then(|reply| reply) {
+            Ok(replies) if wait.is_some() => {
+                let confirmed = replies.last().and_then(super::Wait::confirmed).unwrap_or(0);
+                fewest = Some(fewest.map_or(confirmed, |n| n.min(confirmed)));
+            }
+            Ok(_) => {}
+            Err(err) => {
+                first_error.get_or_insert(err);
+            }
         }
     }
-    first_error.map_or(Ok(()), Err)
+    first_error.map_or(Ok(fewest), Err)
 }

@@ -33,7 +33,7 @@ use redis::aio::MultiplexedConnection;
 
 use crate::error::{Error, Result};
 pub use keys::Keys;
-pub use script::Script;
+pub use script::{Invocation, Script};
 
 /// Parses `url` (`redis://`, `rediss://`, `unix://`, with an ACL user and password
 /// if given) into what every connection is made from. For `rediss://`, `ca` (PEM) is
@@ -133,6 +133,94 @@ pub struct Redis {
     info: redis::ConnectionInfo,
     /// Failed commands by kind, for `turnstile_redis_errors_total`.
     pub errors: ErrorCounts,
+    /// `--redis-wait-replicas`, when on.
+    wait: Option<Wait>,
+}
+
+/// `--redis-wait-replicas`: how many replicas must confirm a write before its call
+/// answers. Redis replicates asynchronously, so a primary that fails right after a
+/// write may take it with it; `WAIT` after the write, on the same connection (it
+/// counts that connection's writes), makes a confirmed write survive the failover of
+/// its primary to a replica that confirmed it.
+#[derive(Clone, Copy, Debug)]
+pub struct Wait {
+    replicas: u32,
+    /// How long `WAIT` may block: half the Redis timeout, so its answer (too few)
+    /// arrives before the connection gives up on it.
+    timeout: Duration,
+}
+
+impl Wait {
+    fn command(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(self.replicas).arg(self.timeout.as_millis() as u64);
+        cmd
+    }
+
+    /// The number of replicas in a `WAIT` reply.
+    fn confirmed(reply: &redis::Value) -> Option<i64> {
+        match reply {
+            redis::Value::Int(n) => Some(*n),
+            _ => None,
+        }
+    }
+
+    /// UNAVAILABLE when fewer replicas confirmed than asked: the write happened on the
+    /// primary, but a failover could lose it, so the caller is not told it is stored
+    /// (every write can be retried: ids, request ids and receipts make retries safe).
+    fn check(&self, confirmed: i64) -> Result<()> {
+        if confirmed >= i64::from(self.replicas) {
+            return Ok(());
+        }
+        Err(Error::Unavailable(format!(
+            "the write was confirmed by {confirmed} of the {} replicas --redis-wait-replicas \
+             asks for within {:?}; a failover may lose it, retry",
+            self.replicas, self.timeout
+        )))
+    }
+}
+
+/// Runs `invocation` (and `wait` in the same pipeline, so both reach the same node on
+/// the same connection), loading the script once on NOSCRIPT. The script's reply and,
+/// with `wait`, how many replicas confirmed.
+async fn run_script(
+    conn: &mut Link,
+    invocation: &Invocation<'_>,
+    wait: Option<&Wait>,
+) -> redis::RedisResult<(redis::Value, Option<i64>)> {
+    let mut loaded = false;
+    loop {
+        let reply = match wait {
+            None => invocation
+                .command()
+                .query_async(conn)
+                .await
+                .map(|value| (value, None)),
+            Some(wait) => {
+                let mut pipe = redis::pipe();
+                pipe.add_command(invocation.command())
+                    .add_command(wait.command());
+                pipe.query_async::<(redis::Value, redis::Value)>(conn)
+                    .await
+                    .map(|(value, confirmed)| (value, Wait::confirmed(&confirmed)))
+            }
+        };
+        match reply {
+            Err(err)
+                if !loaded
+                    && err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+            {
+                invocation
+                    .script
+                    .inner
+                    .prepare_invoke()
+                    .load_async(conn)
+                    .await?;
+                loaded = true;
+            }
+            reply => return reply,
+        }
+    }
 }
 
 /// How a Redis command failed, for the metrics.
@@ -280,6 +368,7 @@ impl Redis {
             keys,
             info,
             errors: ErrorCounts::default(),
+            wait: None,
         })
     }
 
@@ -302,7 +391,17 @@ impl Redis {
             keys,
             info,
             errors: ErrorCounts::default(),
+            wait: None,
         })
+    }
+
+    /// Every write confirmed by `replicas` replicas before it answers (0: off).
+    pub fn wait_replicas(mut self, replicas: u32) -> Self {
+        self.wait = (replicas > 0).then(|| Wait {
+            replicas,
+            timeout: (self.timeout / 2).max(Duration::from_millis(1)),
+        });
+        self
     }
 
     /// The same connections, building `tenant`'s keys.
@@ -372,11 +471,10 @@ impl Redis {
     }
 
     /// Runs one script invocation (EVALSHA, loading the script on NOSCRIPT) with the
-    /// Redis timeout; a connection error marks the socket broken.
-    pub async fn invoke<T: redis::FromRedisValue>(
-        &self,
-        invocation: &redis::ScriptInvocation<'_>,
-    ) -> Result<T> {
+    /// Redis timeout; a connection error marks the socket broken. With
+    /// `--redis-wait-replicas`, a script that writes answers only once that many
+    /// replicas confirmed it (see [`Redis::wait_replicas`]).
+    pub async fn invoke<T: redis::FromRedisValue>(&self, invocation: &Invocation<'_>) -> Result<T> {
         self.invoke_on(None, invocation).await
     }
 
@@ -384,7 +482,7 @@ impl Redis {
     pub async fn invoke_keyed<T: redis::FromRedisValue>(
         &self,
         key: &str,
-        invocation: &redis::ScriptInvocation<'_>,
+        invocation: &Invocation<'_>,
     ) -> Result<T> {
         self.invoke_on(Some(key), invocation).await
     }
@@ -392,11 +490,16 @@ impl Redis {
     async fn invoke_on<T: redis::FromRedisValue>(
         &self,
         key: Option<&str>,
-        invocation: &redis::ScriptInvocation<'_>,
+        invocation: &Invocation<'_>,
     ) -> Result<T> {
         let mut conn = self.conn(key).await?;
-        let reply = invocation.invoke_async(&mut conn).await;
-        self.finish(&conn, reply)
+        let wait = self.wait.filter(|_| invocation.script.writes);
+        let reply = run_script(&mut conn, invocation, wait.as_ref()).await;
+        let (value, confirmed) = self.finish(&conn, reply)?;
+        if let Some(wait) = wait {
+            wait.check(confirmed.unwrap_or(0))?;
+        }
+        T::from_redis_value(value).map_err(|err| redis::RedisError::from(err).into())
     }
 
     /// Runs one plain command with the Redis timeout.
@@ -406,14 +509,28 @@ impl Redis {
         self.finish(&conn, reply)
     }
 
-    /// Runs a pipeline of plain commands whose replies are ignored, with the Redis timeout.
+    /// Runs a pipeline of plain writes whose replies are ignored, with the Redis
+    /// timeout; confirmed by replicas like a script's writes (`--redis-wait-replicas`).
     pub async fn query_pipe(&self, pipe: &redis::Pipeline) -> Result<()> {
         let mut conn = self.conn(None).await?;
         let reply = match &conn {
-            Link::Cluster(cluster) => cluster::query_split(cluster, pipe).await,
-            Link::Single(_) => pipe.query_async(&mut conn).await,
+            Link::Cluster(cluster) => cluster::query_split(cluster, pipe, self.wait.as_ref()).await,
+            Link::Single(_) => match &self.wait {
+                None => pipe.query_async(&mut conn).await.map(|()| None),
+                Some(wait) => {
+                    let mut pipe = pipe.clone();
+                    pipe.add_command(wait.command());
+                    pipe.query_async::<Vec<redis::Value>>(&mut conn)
+                        .await
+                        .map(|replies| replies.last().and_then(Wait::confirmed))
+                }
+            },
         };
-        self.finish(&conn, reply)
+        let confirmed = self.finish(&conn, reply)?;
+        match &self.wait {
+            Some(wait) => wait.check(confirmed.unwrap_or(0)),
+            None => Ok(()),
+        }
     }
 
     /// `SCRIPT LOAD`s every script, so the first request runs by SHA at once.

@@ -1,14 +1,23 @@
 //! `Script`: a Lua source compiled into the binary with `include_str!`, run by SHA
 //! (`EVALSHA`) and loaded again on `NOSCRIPT`, since a restarted Redis has an empty
 //! script cache. The scripts are loaded at boot so the first request pays nothing.
+//!
+//! An [`Invocation`] is our own rather than redis-rs' `ScriptInvocation`, because the
+//! `EVALSHA` must be sent in one pipeline with a `WAIT` (`--redis-wait-replicas`), so
+//! that both go down the same connection to the same node, and redis-rs does not hand
+//! out the command it builds.
+
+use redis::ToRedisArgs;
 
 /// One Lua script and its SHA1.
 #[derive(Debug)]
 pub struct Script {
     /// For logs: the file name, e.g. `acquire.lua`.
     pub name: &'static str,
-    /// redis-rs' script: EVALSHA with the NOSCRIPT fallback.
+    /// redis-rs' script: the source and its SHA1, and `SCRIPT LOAD`.
     pub inner: redis::Script,
+    /// Whether it may change state: only those wait for replicas.
+    pub writes: bool,
 }
 
 impl Script {
@@ -17,6 +26,7 @@ impl Script {
         Self {
             name,
             inner: redis::Script::new(source),
+            writes: true,
         }
     }
 
@@ -26,11 +36,58 @@ impl Script {
         Self {
             name,
             inner: redis::Script::new(&format!("{prelude}{body}")),
+            writes: true,
+        }
+    }
+
+    /// The same script, marked as one that never writes (no `WAIT` after it).
+    pub fn read_only(self) -> Self {
+        Self {
+            writes: false,
+            ..self
         }
     }
 
     /// Starts an invocation with its first key.
-    pub fn key(&self, key: impl redis::ToRedisArgs) -> redis::ScriptInvocation<'_> {
-        self.inner.key(key)
+    pub fn key(&self, key: impl ToRedisArgs) -> Invocation<'_> {
+        let mut invocation = Invocation {
+            script: self,
+            keys: Vec::new(),
+            args: Vec::new(),
+        };
+        invocation.key(key);
+        invocation
+    }
+}
+
+/// One call of a [`Script`]: its keys and arguments.
+pub struct Invocation<'a> {
+    /// What runs.
+    pub script: &'a Script,
+    keys: Vec<Vec<u8>>,
+    args: Vec<Vec<u8>>,
+}
+
+impl Invocation<'_> {
+    /// Adds a key (`KEYS[n]`).
+    pub fn key(&mut self, key: impl ToRedisArgs) -> &mut Self {
+        self.keys.extend(key.to_redis_args());
+        self
+    }
+
+    /// Adds an argument (`ARGV[n]`).
+    pub fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Self {
+        self.args.extend(arg.to_redis_args());
+        self
+    }
+
+    /// `EVALSHA sha numkeys keys… args…`: routed by its first key on a cluster.
+    pub fn command(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.script.inner.get_hash())
+            .arg(self.keys.len())
+            .arg(&self.keys)
+            .arg(&self.args);
+        cmd
     }
 }

@@ -142,6 +142,48 @@ impl TestCluster {
         let _ = self.nodes[at].wait();
     }
 
+    /// Sends `signal` to the node on `port` (SIGSTOP freezes it: it neither answers nor
+    /// replicates until SIGCONT).
+    pub fn signal(&self, port: u16, signal: libc::c_int) {
+        let at = self
+            .ports
+            .iter()
+            .position(|p| *p == port)
+            .expect("a node's port");
+        // SAFETY: kill(2) on our own child's pid.
+        let sent = unsafe { libc::kill(self.nodes[at].id() as libc::pid_t, signal) };
+        assert_eq!(sent, 0, "kill({signal})");
+    }
+
+    /// Closes the replication links of the primary on `primary` (its replicas connect
+    /// again by themselves, unless frozen).
+    pub fn cut_replicas(&self, primary: u16) {
+        let reply = cluster_cli(primary, &["client", "kill", "type", "replica"]);
+        assert!(
+            reply.is_some_and(|n| n.trim().parse::<u32>().is_ok_and(|n| n > 0)),
+            "CLIENT KILL TYPE replica"
+        );
+    }
+
+    /// The port of the replica of the primary on `primary`.
+    pub fn replica_of(&self, primary: u16) -> u16 {
+        let nodes = cluster_cli(self.ports[0], &["cluster", "nodes"]).unwrap_or_default();
+        let fields =
+            |line: &str| -> Vec<String> { line.split_whitespace().map(str::to_owned).collect() };
+        let primary_id = nodes
+            .lines()
+            .map(fields)
+            .find(|f| f.len() > 2 && node_port(&f[1]) == Some(primary))
+            .map(|f| f[0].clone())
+            .expect("the primary in CLUSTER NODES");
+        nodes
+            .lines()
+            .map(fields)
+            .find(|f| f.len() > 3 && f[2].contains("slave") && f[3] == primary_id)
+            .and_then(|f| node_port(&f[1]))
+            .expect("a replica of the primary")
+    }
+
     /// Waits until every node still running says the cluster is ok again and that
     /// `key`'s slot is served by another primary than `port` (its replica took over).
     pub async fn wait_failover(&self, port: u16, key: &str) {
