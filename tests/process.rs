@@ -541,6 +541,45 @@ fn bench_runs_its_scenarios_and_reports_json() {
 }
 
 #[test]
+fn bench_scale_measures_each_topology_with_its_floors() {
+    let reported = ["scale_lock", "scale_queue"].repeat(5);
+    let lines = bench_json(
+        &["--duration", "300ms", "--concurrency", "8"],
+        &["scale"],
+        &reported,
+    );
+    let topologies: Vec<&str> = lines
+        .iter()
+        .step_by(2)
+        .map(|line| line["topology"].as_str().expect("topology"))
+        .collect();
+    assert_eq!(
+        topologies,
+        [
+            "1 redis, 1 server",
+            "1 redis, 3 servers",
+            "cluster of 3, 1 server",
+            "cluster of 3, 3 servers",
+            "1 redis + replica, wait 1"
+        ]
+    );
+    for line in &lines {
+        // Floors from the same topology, and what it cost Redis (all its primaries).
+        assert_fields(
+            line,
+            &[
+                "floor_ops_per_s",
+                "ratio_to_floor",
+                "redis_us_per_op",
+                "servers",
+            ],
+        );
+    }
+    assert_eq!(lines[3]["servers"], 3, "{}", lines[3]);
+    assert_eq!(lines[1]["queues"], 6, "{}", lines[1]);
+}
+
+#[test]
 fn bench_runs_the_fixed_length_scenarios() {
     // `delayed` spreads 2,000 tasks over 5 s and `idle` watches for 10 s by definition.
     let lines = bench_json(&[], &["delayed", "idle"], &["delayed", "idle"]);

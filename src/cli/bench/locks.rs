@@ -24,7 +24,6 @@ use turnstile::{
     limits::Limits,
     lock::{AcquireOutcome, AcquireSpec, LockStore},
     pb::{lock_service_client::LockServiceClient, AcquireRequest, ReleaseRequest},
-    redis::{Keys, Redis},
     shutdown::Shutdown,
 };
 
@@ -140,8 +139,7 @@ pub async fn lock(target: &Target, clients: usize, duration: Duration) -> Result
 /// The same acquire and release scripts run straight on Redis by the library's
 /// `LockStore`, same concurrency, no gRPC.
 async fn redis_floor(url: &str, clients: usize, duration: Duration) -> Result<f64, String> {
-    let redis = Redis::new(url, Duration::from_secs(2), Keys::new("turnstile"))
-        .map_err(|err| err.to_string())?;
+    let redis = super::target::redis_handle(url)?;
     let store = LockStore::new(redis, Limits::new(1 << 20, 1 << 20), Shutdown::new());
     let states = (0..clients)
         .map(|i| {

@@ -10,6 +10,7 @@ mod queues;
 mod redis_cost;
 mod report;
 mod sample;
+mod scale;
 mod target;
 
 use std::time::Duration;
@@ -43,6 +44,10 @@ pub enum Scenario {
     Idle,
     /// 10,000 buyers, 100 in stock, one lock.
     Seckill,
+    /// `lock` and a queue run over 6 queues on one Redis and on a 3-primary Redis
+    /// Cluster, each under 1 and 3 server replicas, and on a Redis with a replica
+    /// under --redis-wait-replicas 1: started here whatever --server says.
+    Scale,
 }
 
 /// `turnstile bench` settings.
@@ -106,6 +111,7 @@ async fn run_scenarios(
             Scenario::Delayed => vec![queues::delayed(target).await?],
             Scenario::Seckill => vec![locks::seckill(target).await?],
             Scenario::Idle => vec![idle::idle(target).await?],
+            Scenario::Scale => scale::scale(args.concurrency, args.duration).await?,
         };
         for report in done {
             if args.json {

@@ -29,7 +29,6 @@ use turnstile::{
         EnqueueRequest, SubscribeRequest, TaskSpec,
     },
     queue::{NewTask, QueueStore, Schedule, StreamSlots},
-    redis::{Keys, Redis},
     shutdown::Shutdown,
     token::new_token,
 };
@@ -125,7 +124,7 @@ impl Acker {
 /// Subscribers on `queue` that ack every task and record `latency(task)` for each.
 async fn subscribers(
     channels: &[Channel],
-    queue: &str,
+    queues: &[String],
     count: usize,
     batched: bool,
     acked: Arc<AtomicU64>,
@@ -134,6 +133,7 @@ async fn subscribers(
 ) -> Result<JoinSet<Latency>, String> {
     let mut set = JoinSet::new();
     for k in 0..count {
+        let queue = &queues[k % queues.len()];
         let mut queues = QueueServiceClient::new(channels[k % channels.len()].clone());
         let mut stream = queues
             .subscribe(SubscribeRequest {
@@ -182,15 +182,31 @@ async fn collect(mut set: JoinSet<Latency>) -> Latency {
 /// `queue`: producers enqueue batches, Subscribe workers ack every task.
 pub async fn queue(target: &Target, duration: Duration, batched: bool) -> Result<Report, String> {
     let name = if batched { "queue_batched" } else { "queue" };
-    let queue = format!("bench:{name}:{}", new_token());
-    let channels = target.server_channels(4).await?;
+    queue_over(target, name, 1, duration, batched).await
+}
+
+/// [`queue`] with the work spread over `count` queues: a producer and a subscriber (at
+/// least as many as one queue has) per queue.
+pub async fn queue_over(
+    target: &Target,
+    name: &'static str,
+    count: usize,
+    duration: Duration,
+    batched: bool,
+) -> Result<Report, String> {
+    let run = new_token();
+    let names: Vec<String> = (0..count)
+        .map(|q| format!("bench:{name}:{run}:{q}"))
+        .collect();
+    let (subscriber_count, producer_count) = (SUBSCRIBERS.max(count), PRODUCERS.max(count));
+    let channels = target.server_channels(4.max(count)).await?;
     let epoch = Instant::now();
     let acked = Arc::new(AtomicU64::new(0));
     let stop = CancellationToken::new();
     let subs = subscribers(
         &channels,
-        &queue,
-        SUBSCRIBERS,
+        &names,
+        subscriber_count,
         batched,
         acked.clone(),
         stop.clone(),
@@ -203,9 +219,10 @@ pub async fn queue(target: &Target, duration: Duration, batched: bool) -> Result
     let started = Instant::now();
     let until = started + duration;
     let mut producers = JoinSet::new();
-    for p in 0..PRODUCERS {
+    for p in 0..producer_count {
         let mut queues = QueueServiceClient::new(channels[p % channels.len()].clone());
-        let (queue, enqueued, acked) = (queue.clone(), enqueued.clone(), acked.clone());
+        let queue = names[p % names.len()].clone();
+        let (enqueued, acked) = (enqueued.clone(), acked.clone());
         producers.spawn(async move {
             while Instant::now() < until {
                 if enqueued.load(Ordering::Relaxed) - acked.load(Ordering::Relaxed) as i64 > BACKLOG
@@ -258,7 +275,10 @@ pub async fn queue(target: &Target, duration: Duration, batched: bool) -> Result
                 "one per task".into()
             }),
         )
-        .extra("subscribers", Extra::Count(SUBSCRIBERS as u64));
+        .extra("subscribers", Extra::Count(subscriber_count as u64));
+    if count > 1 {
+        report = report.extra("queues", Extra::Count(count as u64));
+    }
     if let Some((before, after)) = before.zip(after) {
         report = before.add_to(after, done, report);
     }
@@ -276,8 +296,7 @@ pub async fn queue(target: &Target, duration: Duration, batched: bool) -> Result
 /// `QueueStore`: producers enqueue batches, consumers take up to 64 and ack them in one
 /// call. No gRPC. Tasks per second, and Redis CPU µs per task.
 async fn queue_floor(url: &str, duration: Duration) -> Result<(f64, f64), String> {
-    let redis = Redis::new(url, Duration::from_secs(2), Keys::new("turnstile"))
-        .map_err(|err| err.to_string())?;
+    let redis = super::target::redis_handle(url)?;
     let store = QueueStore::new(redis, Shutdown::new());
     let queue = format!("bench:queue_floor:{}", new_token());
     let (progress, _shown) = Progress::show("queue (redis floor)".into());
@@ -378,7 +397,7 @@ pub async fn pickup(target: &Target, duration: Duration) -> Result<Report, Strin
     let acked = Arc::new(AtomicU64::new(0));
     let subs = subscribers(
         &channels[1..],
-        &queue,
+        std::slice::from_ref(&queue),
         1,
         true,
         acked,
@@ -426,7 +445,7 @@ pub async fn delayed(target: &Target) -> Result<Report, String> {
     let early_seen = early.clone();
     let subs = subscribers(
         &channels,
-        &queue,
+        std::slice::from_ref(&queue),
         SUBSCRIBERS,
         true,
         acked.clone(),

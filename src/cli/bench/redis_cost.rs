@@ -21,8 +21,26 @@ pub struct Usage {
 }
 
 impl Usage {
-    /// Reads the counters of the Redis at `url`.
+    /// Reads the counters of the Redis at `url`, summed over its nodes when `url`
+    /// lists several (a cluster's seeds: all of its primaries).
     pub async fn read(url: &str) -> Result<Self, String> {
+        let mut total: Option<Self> = None;
+        for node in url.split(',') {
+            let one = Self::read_one(node).await?;
+            total = Some(match total {
+                None => one,
+                Some(sum) => Self {
+                    cpu_s: sum.cpu_s + one.cpu_s,
+                    scripts: sum.scripts + one.scripts,
+                    commands: sum.commands + one.commands,
+                    at: sum.at,
+                },
+            });
+        }
+        total.ok_or_else(|| "no Redis URL".to_owned())
+    }
+
+    async fn read_one(url: &str) -> Result<Self, String> {
         let client = redis::Client::open(url).map_err(|e| e.to_string())?;
         let mut conn = client
             .get_multiplexed_async_connection()

@@ -112,7 +112,7 @@ fn escape(text: &str) -> String {
 /// The reports as a text table.
 pub fn table(reports: &[Report]) -> String {
     let mut out = format!(
-        "{:<9} {:>10} {:>8} {:>8} {:>8} {:>10} {:>6}  {}\n",
+        "{:<13} {:>10} {:>8} {:>8} {:>8} {:>10} {:>6}  {}\n",
         "scenario", "ops/s", "p50 ms", "p99 ms", "max ms", "floor/s", "ratio", "notes"
     );
     let cell = |v: Option<f64>, digits: usize| match v {
@@ -132,7 +132,7 @@ pub fn table(reports: &[Report]) -> String {
             .collect();
         let _ = writeln!(
             out,
-            "{:<9} {:>10.0} {:>8} {:>8} {:>8} {:>10} {:>6}  {}",
+            "{:<13} {:>10.0} {:>8} {:>8} {:>8} {:>10} {:>6}  {}",
             r.scenario,
             r.ops_per_s,
             cell(r.latency.map(|l| l.0), 2),

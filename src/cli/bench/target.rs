@@ -11,12 +11,17 @@ use tokio::{
 };
 use tonic::transport::Channel;
 
-use turnstile::redis::embedded::{Bind, EmbeddedOptions, EmbeddedRedis};
+use turnstile::redis::{
+    connection_info,
+    embedded::{Bind, EmbeddedOptions, EmbeddedRedis},
+    Keys, Redis,
+};
 
 /// The servers under test.
 pub struct Target {
-    /// The turnstile server's address (`http://…`).
-    pub server: String,
+    /// The turnstile servers' addresses (`http://…`): one, or the replicas of the
+    /// `scale` scenario, which clients are spread over.
+    pub servers: Vec<String>,
     /// Its Redis, when known: for the Redis floors and command counts.
     pub redis_url: Option<String>,
     /// The server child's pid, for its RSS (None with `--server`).
@@ -33,7 +38,7 @@ impl Target {
     /// Starts what `server`/`redis_url` do not name.
     pub async fn start(server: Option<String>, redis_url: Option<String>) -> Result<Self, String> {
         let mut target = Self {
-            server: String::new(),
+            servers: Vec::new(),
             redis_url,
             server_pid: None,
             noop: String::new(),
@@ -43,11 +48,11 @@ impl Target {
         };
         match server {
             Some(server) => {
-                target.server = if server.contains("://") {
+                target.servers.push(if server.contains("://") {
                     server
                 } else {
                     format!("http://{server}")
-                };
+                });
             }
             None => {
                 if target.redis_url.is_none() {
@@ -66,28 +71,71 @@ impl Target {
                     target.dir = Some(dir);
                 }
                 let url = target.redis_url.clone().unwrap_or_default();
-                let (child, addr) = spawn(&[
-                    "serve",
-                    "--redis-url",
-                    &url,
-                    "--metrics-listen",
-                    "127.0.0.1:0",
-                ])
-                .await?;
-                target.server_pid = child.id();
-                target.server = format!("http://{addr}");
-                target.children.push(child);
+                target.add_server(&url, &[]).await?;
             }
         }
-        let (child, addr) = spawn(&["bench-noop"]).await?;
-        target.noop = format!("http://{addr}");
-        target.children.push(child);
+        target.add_noop().await?;
         Ok(target)
     }
 
-    /// `count` connections to the turnstile server.
+    /// `replicas` `turnstile serve` children on the Redis at `redis_url` (started by
+    /// the caller, whose `nodes` are stopped with the target), each also given
+    /// `serve_args`.
+    pub async fn replicas(
+        redis_url: &str,
+        serve_args: &[&str],
+        replicas: usize,
+        nodes: Vec<Child>,
+    ) -> Result<Self, String> {
+        let mut target = Self {
+            servers: Vec::new(),
+            redis_url: Some(redis_url.to_owned()),
+            server_pid: None,
+            noop: String::new(),
+            children: nodes,
+            embedded: None,
+            dir: None,
+        };
+        for _ in 0..replicas {
+            target.add_server(redis_url, serve_args).await?;
+        }
+        target.add_noop().await?;
+        Ok(target)
+    }
+
+    /// Starts a `turnstile serve` child on `redis_url` with `serve_args`; the first
+    /// one's pid is the one whose memory is read.
+    async fn add_server(&mut self, redis_url: &str, serve_args: &[&str]) -> Result<(), String> {
+        let mut args = vec![
+            "serve",
+            "--redis-url",
+            redis_url,
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ];
+        args.extend_from_slice(serve_args);
+        let (child, addr) = spawn(&args).await?;
+        self.server_pid = self.server_pid.or(child.id());
+        self.servers.push(format!("http://{addr}"));
+        self.children.push(child);
+        Ok(())
+    }
+
+    /// Starts the no-op gRPC server child (the transport floor).
+    async fn add_noop(&mut self) -> Result<(), String> {
+        let (child, addr) = spawn(&["bench-noop"]).await?;
+        self.noop = format!("http://{addr}");
+        self.children.push(child);
+        Ok(())
+    }
+
+    /// `count` connections to the turnstile servers, spread over them in turn.
     pub async fn server_channels(&self, count: usize) -> Result<Vec<Channel>, String> {
-        channels(&self.server, count).await
+        let mut out = Vec::with_capacity(count);
+        for n in 0..count.max(1) {
+            out.extend(channels(&self.servers[n % self.servers.len()], 1).await?);
+        }
+        Ok(out)
     }
 
     /// `count` connections to the no-op server.
@@ -107,6 +155,24 @@ impl Target {
             let _ = std::fs::remove_dir_all(dir);
         }
     }
+}
+
+/// The library's Redis handle for the floors: `url` lists a cluster's seed nodes when
+/// it has several, comma-separated (as `--redis-url` does with `--redis-cluster`).
+pub fn redis_handle(url: &str) -> Result<Redis, String> {
+    let timeout = Duration::from_secs(2);
+    let keys = Keys::new("turnstile");
+    if url.contains(',') {
+        let seeds = url
+            .split(',')
+            .map(|seed| connection_info(seed, None))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|err| err.to_string())?;
+        Redis::cluster(seeds, timeout, keys)
+    } else {
+        Redis::new(url, timeout, keys)
+    }
+    .map_err(|err| err.to_string())
 }
 
 /// Separate HTTP/2 connections (one connection is one hyper task on each side, so
