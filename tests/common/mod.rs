@@ -192,7 +192,9 @@ impl TestRedis {
     }
 }
 
-/// The real server, in-process, on a free port; shut down on drop.
+/// The real server, in-process, on a free port; shut down on drop. On a store that
+/// asks for several replicas (a cluster [`TestStore`]), the other replicas are its
+/// `peers`: clients are spread over all of them in turn, and metrics are summed.
 pub struct TestServer {
     pub addr: SocketAddr,
     /// Its Prometheus endpoint.
@@ -201,6 +203,10 @@ pub struct TestServer {
     task: Option<JoinHandle<Result<(), String>>>,
     /// How clients reach a TLS server; `None` for plaintext.
     client_tls: Option<ClientTlsConfig>,
+    /// The other replicas on the same store.
+    peers: Vec<TestServer>,
+    /// Which replica the next channel goes to.
+    turn: AtomicU32,
 }
 
 impl TestServer {
@@ -217,6 +223,20 @@ impl TestServer {
     pub async fn start_tls(
         redis: &impl Store,
         change: impl Fn(&mut Config),
+        client_tls: Option<ClientTlsConfig>,
+    ) -> Self {
+        let mut server = Self::start_one(redis, &change, client_tls.clone()).await;
+        for _ in 1..redis.replicas() {
+            let peer = Self::start_one(redis, &change, client_tls.clone()).await;
+            server.peers.push(peer);
+        }
+        server
+    }
+
+    /// One replica.
+    async fn start_one(
+        redis: &impl Store,
+        change: &impl Fn(&mut Config),
         client_tls: Option<ClientTlsConfig>,
     ) -> Self {
         // The metrics port is picked free a moment before the server binds it: a start
@@ -239,6 +259,8 @@ impl TestServer {
                 stop: Some(stop),
                 task: Some(task),
                 client_tls: client_tls.clone(),
+                peers: Vec::new(),
+                turn: AtomicU32::new(0),
             };
             if server.wait_ready().await {
                 return server;
@@ -291,13 +313,25 @@ impl TestServer {
         body
     }
 
-    /// The value of a metric (`name` with its labels, as the scrape spells them).
+    /// The value of a metric (`name` with its labels, as the scrape spells them),
+    /// summed over the replicas.
     pub async fn metric(&self, name: &str) -> f64 {
         let body = self.scrape().await;
-        body.lines()
+        let own: f64 = body
+            .lines()
             .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
             .and_then(|value| value.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no metric {name} in {body}"))
+            .unwrap_or_else(|| panic!("no metric {name} in {body}"));
+        let mut sum = own;
+        for peer in &self.peers {
+            sum += Box::pin(peer.metric(name)).await;
+        }
+        sum
+    }
+
+    /// How many replicas clients are spread over.
+    pub fn replicas(&self) -> usize {
+        1 + self.peers.len()
     }
 
     /// Waits (at most 10 s) until `metric` reads `value`: how tests know that calls
@@ -309,8 +343,16 @@ impl TestServer {
         .await;
     }
 
+    /// A channel to the next replica in turn.
     pub async fn channel(&self) -> Channel {
-        self.try_channel(self.client_tls.clone())
+        let turn = self.turn.fetch_add(1, Ordering::Relaxed) as usize % self.replicas();
+        let replica = if turn == 0 {
+            self
+        } else {
+            &self.peers[turn - 1]
+        };
+        replica
+            .try_channel(replica.client_tls.clone())
             .await
             .expect("connect")
     }
@@ -336,8 +378,11 @@ impl TestServer {
         QueueServiceClient::new(self.channel().await)
     }
 
-    /// Triggers graceful shutdown and waits for `run` to return.
+    /// Triggers graceful shutdown of every replica and waits for their `run`s to return.
     pub async fn shutdown(mut self) -> Result<(), String> {
+        for peer in std::mem::take(&mut self.peers) {
+            Box::pin(peer.shutdown()).await?;
+        }
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }

@@ -63,6 +63,11 @@ pub async fn bounded(
 pub trait Store {
     /// A server's settings pointing at it (before the test's own changes).
     fn config(&self) -> Config;
+
+    /// How many server replicas a [`super::TestServer`] on it runs.
+    fn replicas(&self) -> usize {
+        1
+    }
 }
 
 impl Store for TestRedis {
@@ -220,6 +225,15 @@ impl TestStore {
 }
 
 impl Store for TestStore {
+    /// Three on a cluster: every test body runs once on one Redis under one server,
+    /// and once on a cluster under three, its clients spread over them.
+    fn replicas(&self) -> usize {
+        match self {
+            Self::Single(_) => 1,
+            Self::Cluster { .. } => 3,
+        }
+    }
+
     fn config(&self) -> Config {
         match self {
             Self::Single(redis) => redis.config(),
