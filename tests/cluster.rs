@@ -435,3 +435,66 @@ async fn with_wait_replicas_no_confirmed_task_is_lost_when_its_primary_fails() -
     assert_eq!(refused, 3, "writes the frozen replica could not confirm");
     Ok(())
 }
+
+/// The node a server's pub/sub connection is on fails: the subscription moves to
+/// another node by itself, and a waiter is woken by a release at once again (not by
+/// its lease's 30 s end).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wake_ups_survive_the_failure_of_the_node_the_subscription_is_on() -> TestResult {
+    let mut cluster = TestCluster::start().await;
+    let server = TestServer::start(&cluster).await;
+    let mut locks = server.locks().await;
+    // The subscription is made once the server is ready; find its node.
+    let mut subscribed = Vec::new();
+    common::eventually("a pattern subscription", Duration::from_secs(10), || {
+        subscribed = cluster.subscribed_nodes(|_| true);
+        let found = subscribed.len() == 1;
+        async move { found }
+    })
+    .await;
+    let victim = subscribed[0];
+    let was_primary = cluster.primaries().contains(&victim);
+    cluster.kill(victim);
+    common::eventually(
+        "the subscription on another node",
+        Duration::from_secs(30),
+        || {
+            let found = cluster.subscribed_nodes(|port| port != victim).len() == 1;
+            async move { found }
+        },
+    )
+    .await;
+    let name = "wake";
+    if was_primary {
+        // Its replica takes over its slots; wait until every node says the cluster is ok.
+        cluster.wait_failover(victim, "turnstile:lock:{wake}").await;
+    }
+    // Calls may answer UNAVAILABLE until a killed primary's replica took over.
+    let held = common::retry_unavailable("acquire after the failure", || {
+        let mut locks = locks.clone();
+        async move { locks.acquire(acquire(name, "alice", 0)).await }
+    })
+    .await
+    .into_inner();
+    assert!(held.acquired);
+    let mut waiter = locks.clone();
+    let waiting = tokio::spawn(async move { waiter.acquire(acquire(name, "bob", 20_000)).await });
+    server.wait_metric("turnstile_waiting_calls", 1.0).await;
+    let released = std::time::Instant::now();
+    locks
+        .release(pb::ReleaseRequest {
+            name: name.into(),
+            token: held.token,
+        })
+        .await?;
+    let won = waiting.await??.into_inner();
+    assert!(won.acquired, "the waiter was not woken");
+    // A release wakes within milliseconds; without the subscription only the 20 s
+    // wait's end would answer (not acquired), or the 30 s lease's end.
+    assert!(
+        released.elapsed() < Duration::from_secs(5),
+        "woken {:?} after the release",
+        released.elapsed()
+    );
+    Ok(())
+}

@@ -165,6 +165,24 @@ impl TestCluster {
         );
     }
 
+    /// The ports of the nodes (still running) that have a client with a pattern
+    /// subscription: where a server's pub/sub connection is.
+    pub fn subscribed_nodes(&self, alive: impl Fn(u16) -> bool) -> Vec<u16> {
+        self.ports
+            .iter()
+            .copied()
+            .filter(|port| alive(*port))
+            .filter(|port| {
+                let clients = cluster_cli(*port, &["client", "list"]).unwrap_or_default();
+                clients.split_whitespace().any(|field| {
+                    field
+                        .strip_prefix("psub=")
+                        .is_some_and(|n| n.parse::<u32>().is_ok_and(|n| n > 0))
+                })
+            })
+            .collect()
+    }
+
     /// The port of the replica of the primary on `primary`.
     pub fn replica_of(&self, primary: u16) -> u16 {
         let nodes = cluster_cli(self.ports[0], &["cluster", "nodes"]).unwrap_or_default();
