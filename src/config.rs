@@ -289,6 +289,8 @@ mod tests {
         assert_eq!(config.max_connection_age_grace, Duration::from_secs(30));
         assert_eq!(config.keepalive_interval, Duration::from_secs(60));
         assert_eq!(config.keepalive_timeout, Duration::from_secs(20));
+        assert_eq!(config.redis_wait_replicas, 0);
+        assert!(!config.redis_cluster);
     }
 
     #[test]
