@@ -87,7 +87,7 @@ pub async fn run(
         };
         serve(
             &config,
-            (info, &redact(&url)),
+            (info, redis_ca, &redact(&url)),
             server,
             shutdown_signal,
             &shutdown,
@@ -131,7 +131,7 @@ struct Listening {
 
 async fn serve(
     config: &Config,
-    (nodes, url): (Vec<redis::ConnectionInfo>, &str),
+    (nodes, redis_ca, url): (Vec<redis::ConnectionInfo>, Option<Vec<u8>>, &str),
     listening: Listening,
     shutdown_signal: impl Future<Output = ()> + Send + 'static,
     shutdown: &Shutdown,
@@ -143,7 +143,7 @@ async fn serve(
     } = listening;
     let keys = Keys::new(&config.key_prefix);
     let redis = if config.redis_cluster {
-        Redis::cluster(nodes.clone(), config.redis_timeout, keys)
+        Redis::cluster(nodes.clone(), redis_ca, config.redis_timeout, keys)
     } else {
         Redis::with_info(nodes[0].clone(), config.redis_timeout, keys)
     }

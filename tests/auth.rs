@@ -1105,6 +1105,154 @@ async fn a_rediss_url_with_an_acl_user_works_and_its_password_is_never_logged() 
     Ok(())
 }
 
+/// Three `redis-server` primaries speaking only TLS, the cluster bus too, joined into a
+/// cluster; killed on drop.
+struct TlsCluster {
+    nodes: Vec<std::process::Child>,
+    ports: Vec<u16>,
+    _dir: TempDir,
+}
+
+impl TlsCluster {
+    async fn start(pki: &Pki, identity: &Issued) -> Self {
+        let dir = TempDir::new("tls-cluster");
+        let (cert, key, ca) = (
+            pki.write("node.pem", &identity.cert),
+            pki.write("node.key", &identity.key),
+            pki.write("ca.pem", &pki.ca_pem),
+        );
+        let mut cluster = Self {
+            nodes: Vec::new(),
+            ports: Vec::new(),
+            _dir: dir,
+        };
+        while cluster.nodes.len() < 3 {
+            let port = turnstile::redis::embedded::free_port().expect("free port");
+            // The cluster bus is the port + 10000: it must be free too.
+            if port > 55535 || std::net::TcpListener::bind(("127.0.0.1", port + 10000)).is_err() {
+                continue;
+            }
+            let node_dir = cluster._dir.0.join(port.to_string());
+            std::fs::create_dir_all(&node_dir).expect("node dir");
+            let child = std::process::Command::new("redis-server")
+                .args(["--port", "0", "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no"])
+                .args(["--tls-port", &port.to_string(), "--tls-auth-clients", "no"])
+                .args(["--tls-cluster", "yes", "--tls-replication", "yes"])
+                .args(["--cluster-enabled", "yes"])
+                .arg("--tls-cert-file")
+                .arg(&cert)
+                .arg("--tls-key-file")
+                .arg(&key)
+                .arg("--tls-ca-cert-file")
+                .arg(&ca)
+                .arg("--dir")
+                .arg(&node_dir)
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .expect("redis-server");
+            cluster.nodes.push(child);
+            cluster.ports.push(port);
+        }
+        let cli = |args: &[&str]| {
+            std::process::Command::new("redis-cli")
+                .args(["--tls", "--cacert"])
+                .arg(&ca)
+                .args(args)
+                .stdin(std::process::Stdio::null())
+                .output()
+                .ok()
+        };
+        for port in &cluster.ports {
+            let port = port.to_string();
+            eventually("a TLS node answers", WAIT, || {
+                let pong = cli(&["-p", &port, "ping"])
+                    .is_some_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "PONG");
+                async move { pong }
+            })
+            .await;
+        }
+        let mut create = vec!["--cluster".to_owned(), "create".to_owned()];
+        create.extend(cluster.ports.iter().map(|port| format!("127.0.0.1:{port}")));
+        create.push("--cluster-yes".into());
+        let create: Vec<&str> = create.iter().map(String::as_str).collect();
+        let created = cli(&create).expect("redis-cli --cluster create");
+        assert!(
+            created.status.success(),
+            "{}",
+            String::from_utf8_lossy(&created.stdout)
+        );
+        for port in &cluster.ports {
+            let port = port.to_string();
+            eventually("the TLS cluster is ok", Duration::from_secs(30), || {
+                let ok = cli(&["-p", &port, "cluster", "info"]).is_some_and(|out| {
+                    String::from_utf8_lossy(&out.stdout).contains("cluster_state:ok")
+                });
+                async move { ok }
+            })
+            .await;
+        }
+        cluster
+    }
+}
+
+impl Drop for TlsCluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            let _ = node.kill();
+            let _ = node.wait();
+        }
+    }
+}
+
+/// `--redis-cluster` with `rediss://` seeds and `--redis-ca`: the cluster client
+/// reaches every primary over TLS (the nodes it discovers as well as the seeds), so
+/// locks and queues whose names are on every primary work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_cluster_over_tls_serves_names_on_every_primary() -> TestResult {
+    init_tracing();
+    let (pki, ca) = Pki::new();
+    // The cluster reports its nodes by IP: the certificate names it.
+    let node_id = Pki::issue(&ca, &["localhost", "127.0.0.1"]);
+    let cluster = TlsCluster::start(&pki, &node_id).await;
+    let ca_path = pki.write("redis-ca.pem", &pki.ca_pem);
+    // One seed: the other primaries are found through it.
+    let url = format!("rediss://127.0.0.1:{}", cluster.ports[0]);
+    let server = LoggedServer::start_with(
+        &url,
+        &["--redis-cluster", "--redis-ca", ca_path.to_str().unwrap()],
+    );
+    let (mut locks, mut queues) = clients(server.channel().await, None);
+    // Thirty names land on all three primaries (each holds a third of the slots).
+    for n in 0..30 {
+        let name = format!("tls-{n}");
+        let won = retry_unavailable("acquire over TLS", || {
+            let (mut locks, name) = (locks.clone(), name.clone());
+            async move {
+                locks
+                    .acquire(pb::AcquireRequest {
+                        name,
+                        owner: "o".into(),
+                        ..Default::default()
+                    })
+                    .await
+            }
+        })
+        .await
+        .into_inner();
+        assert!(won.acquired, "{name}");
+        enqueue(&mut queues, &name, vec![task("t", "p")]).await;
+        assert_eq!(lease_one(&mut queues, &name).await.len(), 1, "{name}");
+    }
+    let released = locks
+        .release_all(pb::ReleaseAllRequest { owner: "o".into() })
+        .await?
+        .into_inner()
+        .released;
+    assert_eq!(released.len(), 30);
+    Ok(())
+}
+
 #[tokio::test]
 async fn concurrent_acks_of_two_tenants_on_one_queue_name_each_reach_their_own_queue() -> TestResult
 {

@@ -21,11 +21,24 @@ pub struct ClusterLink {
 
 impl ClusterLink {
     /// A client of the cluster that `seeds` belong to; commands answer within `timeout`.
-    pub fn new(seeds: Vec<redis::ConnectionInfo>, timeout: Duration) -> redis::RedisResult<Self> {
-        let client = ClusterClientBuilder::new(seeds)
+    /// `ca` is the CA to trust for TLS: the cluster client takes it here, not from the
+    /// seeds, and uses it for every node it discovers (a seed's own CA would not reach
+    /// the other nodes: found by a test against a TLS-only cluster).
+    pub fn new(
+        seeds: Vec<redis::ConnectionInfo>,
+        ca: Option<Vec<u8>>,
+        timeout: Duration,
+    ) -> redis::RedisResult<Self> {
+        let mut builder = ClusterClientBuilder::new(seeds)
             .connection_timeout(timeout)
-            .response_timeout(timeout)
-            .build()?;
+            .response_timeout(timeout);
+        if let Some(root_cert) = ca {
+            builder = builder.certs(redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(root_cert),
+            });
+        }
+        let client = builder.build()?;
         Ok(Self {
             client,
             connection: OnceCell::new(),

@@ -372,10 +372,12 @@ impl Redis {
         })
     }
 
-    /// A client of the Redis Cluster that `seeds` belong to (`--redis-cluster`).
+    /// A client of the Redis Cluster that `seeds` belong to (`--redis-cluster`); with
+    /// `rediss://` seeds, `ca` (PEM) is the one CA to trust, as in [`connection_info`].
     /// Connects lazily, like [`Redis::new`].
     pub fn cluster(
         seeds: Vec<redis::ConnectionInfo>,
+        ca: Option<Vec<u8>>,
         timeout: Duration,
         keys: Keys,
     ) -> Result<Self> {
@@ -383,7 +385,7 @@ impl Redis {
             .first()
             .cloned()
             .ok_or_else(|| Error::invalid("redis_url", "no seed node"))?;
-        let link = cluster::ClusterLink::new(seeds, timeout)
+        let link = cluster::ClusterLink::new(seeds, ca, timeout)
             .map_err(|err| Error::invalid("redis_url", err.to_string()))?;
         Ok(Self {
             backend: Backend::Cluster(Arc::new(link)),
@@ -499,7 +501,9 @@ impl Redis {
         if let Some(wait) = wait {
             wait.check(confirmed.unwrap_or(0))?;
         }
-        T::from_redis_value(value).map_err(|err| redis::RedisError::from(err).into())
+        // A reply of the wrong shape is counted like any other failed command.
+        let decoded = T::from_redis_value(value).map_err(redis::RedisError::from);
+        self.finish(&conn, decoded)
     }
 
     /// Runs one plain command with the Redis timeout.

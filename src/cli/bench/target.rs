@@ -168,7 +168,7 @@ pub fn redis_handle(url: &str) -> Result<Redis, String> {
             .map(|seed| connection_info(seed, None))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|err| err.to_string())?;
-        Redis::cluster(seeds, timeout, keys)
+        Redis::cluster(seeds, None, timeout, keys)
     } else {
         Redis::new(url, timeout, keys)
     }
