@@ -44,7 +44,7 @@ fn acquire(name: &str, owner: &str, wait_ms: i64) -> pb::AcquireRequest {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_wake_waiters_and_release_all_across_the_primaries_of_a_cluster() -> TestResult {
-    let cluster = TestCluster::start().await;
+    let cluster = TestCluster::start_steady().await;
     let server = TestServer::start(&cluster).await;
     let other = TestServer::start(&cluster).await;
     let names =
@@ -119,7 +119,7 @@ async fn locks_wake_waiters_and_release_all_across_the_primaries_of_a_cluster() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queues_lease_ack_and_push_to_subscribers_across_the_primaries_of_a_cluster() -> TestResult
 {
-    let cluster = TestCluster::start().await;
+    let cluster = TestCluster::start_steady().await;
     let server = TestServer::start(&cluster).await;
     let other = TestServer::start(&cluster).await;
     let names = names_on_different_primaries(&cluster, "queue", |n| {

@@ -21,18 +21,31 @@ pub struct TestCluster {
     _dir: TempDir,
 }
 
+/// How long a node may go unheard before its peers fail it over, for tests that kill
+/// nodes: short, so a failover takes seconds.
+const FAST_FAILOVER: &str = "2000";
+/// The same for clusters whose nodes are never killed: long, so that a node starved of
+/// CPU on a loaded machine is not failed over in the middle of other tests.
+const NO_FAILOVER: &str = "30000";
+
 impl TestCluster {
+    /// A cluster for failover tests: a silent primary is replaced within seconds.
     pub async fn start() -> Self {
-        Self::start_with(false).await
+        Self::start_with(false, FAST_FAILOVER).await
     }
 
-    /// A cluster whose nodes die with this process (`PR_SET_PDEATHSIG`, fired when the
-    /// calling thread exits): for one that is never dropped.
+    /// A cluster whose nodes are never killed (a test store).
+    pub async fn start_steady() -> Self {
+        Self::start_with(false, NO_FAILOVER).await
+    }
+
+    /// A steady cluster whose nodes die with this process (`PR_SET_PDEATHSIG`, fired
+    /// when the calling thread exits): for one that is never dropped.
     pub async fn start_for_process() -> Self {
-        Self::start_with(true).await
+        Self::start_with(true, NO_FAILOVER).await
     }
 
-    async fn start_with(die_with_thread: bool) -> Self {
+    async fn start_with(die_with_thread: bool, node_timeout: &str) -> Self {
         super::init_tracing();
         let dir = TempDir::new("cluster");
         let mut ports = Vec::new();
@@ -60,7 +73,12 @@ impl TestCluster {
             }
             let child = command
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"])
+                .args([
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-node-timeout",
+                    node_timeout,
+                ])
                 // A replica takes over however long ago it last heard its primary.
                 .args(["--cluster-replica-validity-factor", "0"])
                 .args(["--save", "", "--appendonly", "no"])

@@ -127,7 +127,7 @@ impl TestStore {
     /// A cluster of the test's own.
     pub async fn own_cluster() -> Self {
         Self::Cluster {
-            nodes: Nodes::Own(TestCluster::start().await),
+            nodes: Nodes::Own(TestCluster::start_steady().await),
             prefix: fresh_prefix(),
         }
     }
