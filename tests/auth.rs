@@ -1127,11 +1127,7 @@ impl TlsCluster {
             _dir: dir,
         };
         while cluster.nodes.len() < 3 {
-            let port = turnstile::redis::embedded::free_port().expect("free port");
-            // The cluster bus is the port + 10000: it must be free too.
-            if port > 55535 || std::net::TcpListener::bind(("127.0.0.1", port + 10000)).is_err() {
-                continue;
-            }
+            let port = common::cluster::free_node_port();
             let node_dir = cluster._dir.0.join(port.to_string());
             std::fs::create_dir_all(&node_dir).expect("node dir");
             let child = std::process::Command::new("redis-server")

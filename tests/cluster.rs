@@ -255,9 +255,8 @@ async fn a_primary_failover_under_load_keeps_serving_and_fencing_tokens_never_go
                             .await;
                     }
                     Ok(_) => {}
-                    Err(status) if expected(&status) => {
-                        tokio::time::sleep(Duration::from_millis(50)).await
-                    }
+                    // A client's back-off after UNAVAILABLE.
+                    Err(status) if expected(&status) => common::backoff().await,
                     Err(status) => unexpected.lock().unwrap().push(status),
                 }
             }
@@ -299,9 +298,8 @@ async fn a_primary_failover_under_load_keeps_serving_and_fencing_tokens_never_go
                     Ok(()) => {
                         worked.fetch_add(1, Ordering::Relaxed);
                     }
-                    Err(status) if expected(&status) => {
-                        tokio::time::sleep(Duration::from_millis(50)).await
-                    }
+                    // A client's back-off after UNAVAILABLE.
+                    Err(status) if expected(&status) => common::backoff().await,
                     Err(status) => unexpected.lock().unwrap().push(status),
                 }
             }

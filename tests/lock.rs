@@ -1099,24 +1099,25 @@ async fn shutdown_ends_hold_streams_with_unavailable_and_keeps_their_lease_for_a
     let continued = reattaches(&mut survivor, "drain", &acquired, 3_000).await?;
     // Closing the re-attached stream releases at once.
     drop(continued);
-    eventually_free(&mut survivor, "drain").await?;
+    eventually_free(&survivor, "drain").await?;
     Ok(())
 }
 
 /// Waits (bounded) until `name` is free: a release, not an expiry, when the lease
 /// had seconds left.
 async fn eventually_free(
-    locks: &mut LockServiceClient<tonic::transport::Channel>,
+    locks: &LockServiceClient<tonic::transport::Channel>,
     name: &str,
 ) -> TestResult {
-    let started = Instant::now();
-    while is_held(locks, name).await? {
-        assert!(
-            started.elapsed() < Duration::from_secs(2),
-            "not released when the stream closed"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    common::eventually(
+        "released when the stream closed",
+        Duration::from_secs(2),
+        || {
+            let mut locks = locks.clone();
+            async move { !is_held(&mut locks, name).await.unwrap() }
+        },
+    )
+    .await;
     Ok(())
 }
 
@@ -1148,7 +1149,7 @@ async fn a_hold_cut_by_connection_age_keeps_its_lease_and_reattaches_by_token(
     let mut again = server.locks().await;
     let continued = reattaches(&mut again, "aged", &acquired, 900).await?;
     drop(continued);
-    eventually_free(&mut again, "aged").await?;
+    eventually_free(&again, "aged").await?;
     Ok(())
 }
 
@@ -1228,7 +1229,7 @@ async fn a_replaced_hold_stream_can_neither_renew_nor_release_its_successors_lea
     }
     assert!(is_held(&mut locks, "moved").await?);
     drop(second);
-    eventually_free(&mut locks, "moved").await?;
+    eventually_free(&locks, "moved").await?;
     Ok(())
 }
 

@@ -51,11 +51,7 @@ impl TestCluster {
         let mut ports = Vec::new();
         let mut nodes = Vec::new();
         while nodes.len() < 6 {
-            let port = free_port().expect("free port");
-            // The cluster bus is the port + 10000: it must be free too.
-            if port > 55535 || std::net::TcpListener::bind(("127.0.0.1", port + 10000)).is_err() {
-                continue;
-            }
+            let port = free_node_port();
             let node_dir = dir.0.join(port.to_string());
             std::fs::create_dir_all(&node_dir).expect("node dir");
             let mut command = Command::new("redis-server");
@@ -332,6 +328,17 @@ impl Drop for TestCluster {
         for node in &mut self.nodes {
             let _ = node.kill();
             let _ = node.wait();
+        }
+    }
+}
+
+/// A free loopback port for a cluster node whose bus port (the port + 10000) is free
+/// too.
+pub fn free_node_port() -> u16 {
+    loop {
+        let port = free_port().expect("free port");
+        if port <= 55535 && std::net::TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
+            return port;
         }
     }
 }
