@@ -606,6 +606,54 @@ async fn a_stream_survives_a_redis_restart_and_pushes_what_is_enqueued_after_it(
     Ok(())
 }
 
+/// Every failed Redis command the server counted, of every kind.
+async fn redis_errors(server: &TestServer) -> f64 {
+    let scrape = server.scrape().await;
+    scrape
+        .lines()
+        .filter(|line| line.starts_with("turnstile_redis_errors_total{"))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_feed_whose_dispatch_fails_backs_off_instead_of_spinning() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    enqueue(&mut queues, "q", vec![task("a")]).await?;
+    // A 500 ms lease: its end is the feed's next timer, and by then Redis refuses every
+    // script at once (out of memory), an error that comes back in microseconds.
+    let mut stream = subscribe(&mut queues, subscribe_request("q", 1, 500)).await?;
+    next_tasks(&mut stream, 1).await;
+    let set_maxmemory = |bytes: u64| {
+        let redis = &redis;
+        async move {
+            let _: () = redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("maxmemory")
+                .arg(bytes)
+                .query_async(&mut redis.conn().await)
+                .await
+                .expect("CONFIG SET maxmemory");
+        }
+    };
+    set_maxmemory(1).await;
+    let before = redis_errors(&server).await;
+    // The measured window, past the lease's end: what is checked is that the feed's
+    // retries stay few, so there is nothing to await.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let failed = redis_errors(&server).await - before;
+    // Back-off from 50 ms to 1 s is a handful of feed retries, plus the health probe's;
+    // a feed retrying at once would fail thousands of times.
+    set_maxmemory(0).await;
+    assert!(failed < 100.0, "{failed} failed Redis commands in 2 s");
+    // Once Redis takes writes again, the feed goes on: the task comes back.
+    let back = next_task(&mut stream, Duration::from_secs(5)).await;
+    assert_eq!(back.expect("redelivered").id, "a");
+    Ok(())
+}
+
 on_each_store!(max_in_flight_zero_means_one_and_a_thousand_is_accepted);
 async fn max_in_flight_zero_means_one_and_a_thousand_is_accepted(redis: TestStore) -> TestResult {
     let server = TestServer::start(&redis).await;

@@ -118,15 +118,24 @@ impl Feed {
         locked(&self.members)
     }
 
-    /// Marks streams as maybe having free slots (all of them with `None`) and wakes.
+    /// Marks streams as maybe having free slots (all of them with `None`) and wakes
+    /// the feed's loop.
     fn free(&self, tag: Option<&str>) {
+        self.mark_free(tag);
+        self.wake.notify_one();
+    }
+
+    /// [`Feed::free`] without the wake-up: for the loop itself, which looks again
+    /// anyway. A wake-up it sent itself would end its next wait at once: after a
+    /// failed pass that skipped the back-off, and a Redis refusing every script (out
+    /// of memory) had the feed retry thousands of times a second, logging each.
+    fn mark_free(&self, tag: Option<&str>) {
         for member in self.members().streams.iter_mut() {
             if tag.is_none_or(|tag| tag == member.slots.tag) {
                 member.full = false;
                 member.freed += 1;
             }
         }
-        self.wake.notify_one();
     }
 }
 
@@ -288,7 +297,7 @@ impl Scheduler {
                 }
                 Err(err) => {
                     tracing::warn!(cause = %err, ?retry, "subscribe dispatch failed; retrying");
-                    feed.free(None);
+                    feed.mark_free(None);
                     let at = Instant::now() + retry;
                     retry = (retry * 2).min(RETRY_MAX);
                     Some(at)
@@ -297,7 +306,7 @@ impl Scheduler {
             tokio::select! {
                 () = &mut notified => {}
                 () = feed.wake.notified() => {}
-                () = sleep_until_some(timer) => feed.free(None),
+                () = sleep_until_some(timer) => feed.mark_free(None),
                 () = self.shutdown.cancelled() => {}
             }
         }
