@@ -362,7 +362,7 @@ async fn with_wait_replicas_no_confirmed_task_is_lost_when_its_primary_fails() -
     let mut cluster = TestCluster::start().await;
     let server = TestServer::start_with(&cluster, |c| {
         c.redis_wait_replicas = 1;
-        c.redis_timeout = Duration::from_secs(1);
+        c.redis_timeout = Duration::from_secs(2);
     })
     .await;
     let queue = "durable";
@@ -387,8 +387,14 @@ async fn with_wait_replicas_no_confirmed_task_is_lost_when_its_primary_fails() -
                 .map(|_| id)
         }
     };
+    // A loaded machine may delay the replica's ack past the WAIT: the client retries,
+    // as every client of a write that answered UNAVAILABLE does (enqueue by id is
+    // idempotent), until the write is confirmed.
     for n in 0..20 {
-        confirmed.push(enqueue(format!("before-{n}")).await?);
+        let id = format!("before-{n}");
+        confirmed.push(
+            common::retry_unavailable("enqueue before the freeze", || enqueue(id.clone())).await,
+        );
     }
     cluster.signal(replica, libc::SIGSTOP);
     cluster.cut_replicas(victim);

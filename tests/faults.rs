@@ -352,7 +352,7 @@ async fn with_wait_replicas_a_write_no_replica_confirmed_is_unavailable() -> Tes
     .await;
     let server = TestServer::start_with(&primary, |c| {
         c.redis_wait_replicas = 1;
-        c.redis_timeout = Duration::from_secs(1);
+        c.redis_timeout = Duration::from_secs(2);
     })
     .await;
     let (mut locks, mut queues) = (server.locks().await, server.queues().await);
@@ -363,15 +363,29 @@ async fn with_wait_replicas_a_write_no_replica_confirmed_is_unavailable() -> Tes
             ..Default::default()
         }],
     };
-    queues.enqueue(enqueue("confirmed")).await?;
-    let won = locks
-        .acquire(AcquireRequest {
-            name: "l".into(),
-            owner: "alice".into(),
-            ..Default::default()
-        })
-        .await?
-        .into_inner();
+    // A loaded machine may delay the replica's ack past the WAIT: a write that answered
+    // UNAVAILABLE is retried until confirmed, as a client does (enqueue by id and an
+    // acquire with a request id are idempotent).
+    common::retry_unavailable("enqueue", || {
+        let mut queues = queues.clone();
+        async move { queues.enqueue(enqueue("confirmed")).await }
+    })
+    .await;
+    let won = common::retry_unavailable("acquire", || {
+        let mut locks = locks.clone();
+        async move {
+            locks
+                .acquire(AcquireRequest {
+                    name: "l".into(),
+                    owner: "alice".into(),
+                    request_id: "first".into(),
+                    ..Default::default()
+                })
+                .await
+        }
+    })
+    .await
+    .into_inner();
     assert!(won.acquired);
     // Both writes are on the replica already: WAIT answered after they got there.
     let on_replica: i64 = redis::cmd("EXISTS")
@@ -385,7 +399,11 @@ async fn with_wait_replicas_a_write_no_replica_confirmed_is_unavailable() -> Tes
         .arg("FLUSH")
         .query_async(&mut primary.conn().await)
         .await?;
-    queues.enqueue(enqueue("after-flush")).await?;
+    common::retry_unavailable("enqueue after the flush", || {
+        let mut queues = queues.clone();
+        async move { queues.enqueue(enqueue("after-flush")).await }
+    })
+    .await;
 
     replica.kill().await;
     let started = std::time::Instant::now();

@@ -12,7 +12,7 @@ use redis::cluster_async::ClusterConnection;
 
 use turnstile::redis::embedded::free_port;
 
-use super::{eventually, TempDir};
+use super::{eventually, eventually_explained, TempDir};
 
 /// A running three-primary, three-replica cluster.
 pub struct TestCluster {
@@ -95,7 +95,7 @@ impl TestCluster {
         for port in cluster.ports.clone() {
             eventually(
                 "a cluster node answers",
-                Duration::from_secs(10),
+                Duration::from_secs(30),
                 || async move {
                     cluster_cli(port, &["ping"]).is_some_and(|reply| reply.trim() == "PONG")
                 },
@@ -126,19 +126,35 @@ impl TestCluster {
     /// Waits until every node says the cluster is ok and knows all six nodes, and
     /// every replica has synced with its primary (one that has not cannot take over).
     pub async fn wait_ok(&mut self) {
+        // Generous: two loaded cores may be forming other tests' clusters at once.
         for port in self.ports.clone() {
-            eventually(
-                "the cluster is ok",
-                Duration::from_secs(30),
+            eventually_explained(
+                &format!("the cluster is ok on node {port}"),
+                Duration::from_secs(60),
                 || async move {
                     let info = cluster_cli(port, &["cluster", "info"]).unwrap_or_default();
                     let replication =
                         cluster_cli(port, &["info", "replication"]).unwrap_or_default();
                     let synced = replication.contains("role:master")
                         || replication.contains("master_link_status:up");
-                    info.contains("cluster_state:ok")
+                    if info.contains("cluster_state:ok")
                         && info.contains("cluster_known_nodes:6")
                         && synced
+                    {
+                        return Ok(());
+                    }
+                    let fields = |text: &str, names: &[&str]| {
+                        text.lines()
+                            .filter(|line| names.iter().any(|name| line.starts_with(name)))
+                            .map(str::trim)
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    };
+                    Err(format!(
+                        "{} {}",
+                        fields(&info, &["cluster_state", "cluster_known_nodes"]),
+                        fields(&replication, &["role", "master_link_status"])
+                    ))
                 },
             )
             .await;
@@ -224,14 +240,18 @@ impl TestCluster {
             .and_then(|reply| reply.trim().parse().ok())
             .expect("CLUSTER KEYSLOT");
         for node in alive {
-            eventually(
-                "the replica took over",
+            eventually_explained(
+                &format!("the replica took over, as node {node} sees it"),
                 Duration::from_secs(60),
                 || async move {
                     let info = cluster_cli(node, &["cluster", "info"]).unwrap_or_default();
                     let nodes = cluster_cli(node, &["cluster", "nodes"]).unwrap_or_default();
-                    info.contains("cluster_state:ok")
-                        && primary_for_slot(&nodes, slot).is_some_and(|primary| primary != port)
+                    let primary = primary_for_slot(&nodes, slot);
+                    if info.contains("cluster_state:ok") && primary.is_some_and(|p| p != port) {
+                        return Ok(());
+                    }
+                    let state = info.lines().find(|line| line.starts_with("cluster_state"));
+                    Err(format!("{state:?}, slot {slot} served by {primary:?}"))
                 },
             )
             .await;

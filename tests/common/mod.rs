@@ -569,9 +569,32 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
+    eventually_explained(what, within, || {
+        let done = done();
+        async move { done.await.then_some(()).ok_or_else(String::new) }
+    })
+    .await;
+}
+
+/// [`eventually`] for a check that says what it saw when it does not hold yet: the
+/// last such answer is in the failure, so a timeout on a loaded machine can be told
+/// from a real fault (a cluster that never formed, not one that was slow to).
+pub async fn eventually_explained<F, Fut>(what: &str, within: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
     let started = std::time::Instant::now();
-    while !done().await {
-        assert!(started.elapsed() < within, "{what}: not within {within:?}");
+    while let Err(seen) = check().await {
+        let seen = if seen.is_empty() {
+            seen
+        } else {
+            format!("; last seen: {seen}")
+        };
+        assert!(
+            started.elapsed() < within,
+            "{what}: not within {within:?}{seen}"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
