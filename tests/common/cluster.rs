@@ -123,8 +123,9 @@ impl TestCluster {
         cluster
     }
 
-    /// Waits until every node says the cluster is ok and knows all six nodes, and
-    /// every replica has synced with its primary (one that has not cannot take over).
+    /// Waits until every node says the cluster is ok, knows all six nodes and sees
+    /// three of them as replicas (gossip about the roles has settled), and every
+    /// replica has synced with its primary (one that has not cannot take over).
     pub async fn wait_ok(&mut self) {
         // Generous: two loaded cores may be forming other tests' clusters at once.
         for port in self.ports.clone() {
@@ -137,8 +138,11 @@ impl TestCluster {
                         cluster_cli(port, &["info", "replication"]).unwrap_or_default();
                     let synced = replication.contains("role:master")
                         || replication.contains("master_link_status:up");
+                    let nodes = cluster_cli(port, &["cluster", "nodes"]).unwrap_or_default();
+                    let replicas = nodes.lines().filter(|line| line.contains("slave")).count();
                     if info.contains("cluster_state:ok")
                         && info.contains("cluster_known_nodes:6")
+                        && replicas == 3
                         && synced
                     {
                         return Ok(());
@@ -151,7 +155,7 @@ impl TestCluster {
                             .join(" ")
                     };
                     Err(format!(
-                        "{} {}",
+                        "{} replicas_seen:{replicas} {}",
                         fields(&info, &["cluster_state", "cluster_known_nodes"]),
                         fields(&replication, &["role", "master_link_status"])
                     ))
@@ -304,7 +308,7 @@ impl TestCluster {
         self.primaries()
             .into_iter()
             .flat_map(|port| {
-                let keys = cluster_cli(port, &["--scan", "--pattern", pattern]).unwrap_or_default();
+                let keys = cluster_cli_answer(port, &["--scan", "--pattern", pattern]);
                 keys.lines().map(str::to_owned).collect::<Vec<_>>()
             })
             .collect()
@@ -321,13 +325,20 @@ impl TestCluster {
 
     /// The ports of the primaries.
     pub fn primaries(&self) -> Vec<u16> {
-        let nodes = cluster_cli(self.ports[0], &["cluster", "nodes"]).unwrap_or_default();
+        let nodes = cluster_cli_answer(self.ports[0], &["cluster", "nodes"]);
         nodes
             .lines()
             .filter_map(|line| {
                 let fields: Vec<&str> = line.split_whitespace().collect();
+                // `fail?` is one node's suspicion on a loaded machine, not a failure.
+                let flags: Vec<&str> = fields.get(2)?.split(',').collect();
+                // A primary serves slots (listed from the ninth field on): a node that
+                // gossip still shows as a primary without slots is a replica whose
+                // new role has not reached this node yet. Counting its replicated
+                // commands, then not, would make a command count go backwards (the
+                // likely cause of one that did, under load).
                 let primary =
-                    fields.len() > 2 && fields[2].contains("master") && !fields[2].contains("fail");
+                    flags.contains(&"master") && !flags.contains(&"fail") && fields.len() > 8;
                 primary.then(|| node_port(fields[1]))?
             })
             .collect()
@@ -364,6 +375,12 @@ pub fn free_node_port() -> u16 {
 }
 
 /// `redis-cli -p port ARGS…`'s output, if it ran.
+/// [`cluster_cli`] where the node must answer: what a count or a key list is built
+/// from, which must not come out short because one node's answer was missing.
+fn cluster_cli_answer(port: u16, args: &[&str]) -> String {
+    cluster_cli(port, args).unwrap_or_else(|| panic!("redis-cli -p {port} {args:?} did not answer"))
+}
+
 fn cluster_cli(port: u16, args: &[&str]) -> Option<String> {
     let output = Command::new("redis-cli")
         .args(["-p", &port.to_string()])
@@ -403,7 +420,7 @@ fn node_port(address: &str) -> Option<u16> {
 
 /// `INFO commandstats` of the node on `port`: calls by command name.
 fn command_stats(port: u16) -> std::collections::HashMap<String, u64> {
-    let info = cluster_cli(port, &["info", "commandstats"]).unwrap_or_default();
+    let info = cluster_cli_answer(port, &["info", "commandstats"]);
     info.lines()
         .filter_map(|line| {
             let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(":calls=")?;
