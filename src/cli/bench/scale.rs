@@ -143,9 +143,13 @@ async fn start_store(
                 "master_link_status:up",
             )
             .await?;
+            // WAIT gives up at half of --redis-timeout (1 s by default), and an
+            // unconfirmed write is UNAVAILABLE, which ends a bench run. On a loaded
+            // machine a replica's ack has come later than 500 ms (a CI run of the
+            // tests); the longer timeout keeps a slow ack a slow sample, not a failure.
             Ok((
                 url(port),
-                vec!["--redis-wait-replicas", "1"],
+                vec!["--redis-wait-replicas", "1", "--redis-timeout", "10s"],
                 vec![primary, replica],
             ))
         }
