@@ -11,7 +11,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{ms, unix_ms, with_timeout, TestRedis, TestResult, TestServer, TestStore};
+use common::{
+    ms, unix_ms, wait_redis_time, with_timeout, TestRedis, TestResult, TestServer, TestStore,
+};
 use redis::AsyncCommands;
 use tokio_stream::StreamExt;
 use tonic::Code;
@@ -291,7 +293,7 @@ async fn extend_resets_the_lease_only_for_the_holder(redis: TestStore) -> TestRe
     let server = TestServer::start(&redis).await;
     let mut locks = server.locks().await;
     let won = locks
-        .acquire(acquire("ext", "alice", 300, 0))
+        .acquire(acquire("ext", "alice", 1_000, 0))
         .await?
         .into_inner();
     let stranger = locks
@@ -313,7 +315,8 @@ async fn extend_resets_the_lease_only_for_the_holder(redis: TestStore) -> TestRe
         .into_inner();
     assert!(extended.extended);
     assert!(unix_ms(&extended.expires_at) >= unix_ms(&won.expires_at) + 50_000);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Past the first lease's end, by Redis' clock.
+    wait_redis_time(&redis.conn().await, unix_ms(&won.expires_at) + 1).await;
     let seen = locks
         .describe(describe("ext", &won.token))
         .await?

@@ -387,13 +387,13 @@ async fn an_expired_lease_redelivers_with_a_new_receipt_and_the_old_one_is_stale
     let server = TestServer::start(&redis).await;
     let mut queues = server.queues().await;
     let due = enqueue(&mut queues, vec![spec("v", "x")]).await?[0].due_at;
-    let first = lease(&mut queues, 1, 200).await?.remove(0);
+    let first = lease(&mut queues, 1, 1_000).await?.remove(0);
     assert!(
         lease(&mut queues, 1, 200).await?.is_empty(),
         "leased twice at once"
     );
     // The worker died: nothing acks; the lease runs out and the task comes back.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_redis_time(&redis.conn().await, unix_ms(&first.lease_expires_at) + 1).await;
     let second = lease(&mut queues, 1, 30_000).await?.remove(0);
     assert_eq!(second.id, "v");
     assert_eq!(second.attempt, 2);
@@ -961,11 +961,15 @@ async fn every_rpc(
 async fn every_queue_rpc_is_unavailable_when_redis_is_slower_than_the_timeout_or_down() -> TestResult
 {
     let mut redis = TestRedis::start().await;
-    let server =
-        TestServer::start_with(&redis, |c| c.redis_timeout = Duration::from_millis(300)).await;
-    let mut queues = server.queues().await;
+    // The setup goes through a server with the default timeout: on a loaded machine a
+    // call may take longer than 300 ms, and a lease that timed out cannot be retried.
+    let setup = TestServer::start(&redis).await;
+    let mut queues = setup.queues().await;
     enqueue(&mut queues, vec![spec("a", "x")]).await?;
     let receipt = lease(&mut queues, 1, 30_000).await?[0].receipt.clone();
+    let server =
+        TestServer::start_with(&redis, |c| c.redis_timeout = Duration::from_millis(300)).await;
+    let queues = server.queues().await;
 
     // Slower than --redis-timeout: every script waits behind a 3 s pause.
     redis.pause_writes(Duration::from_secs(3)).await;
