@@ -423,7 +423,7 @@ async fn extend_lease_keeps_a_long_task_leased(redis: TestStore) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut queues = server.queues().await;
     enqueue(&mut queues, vec![spec("long", "x")]).await?;
-    let task = lease(&mut queues, 1, 200).await?.remove(0);
+    let task = lease(&mut queues, 1, 1_000).await?.remove(0);
     let extend = ExtendLeaseRequest {
         queue: "q".into(),
         receipt: task.receipt.clone(),
@@ -432,7 +432,8 @@ async fn extend_lease_keeps_a_long_task_leased(redis: TestStore) -> TestResult {
     let extended = queues.extend_lease(extend).await?.into_inner();
     assert!(extended.extended);
     assert!(unix_ms(&extended.lease_expires_at) > turnstile::time::now_ms() + 4_000);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Past the first lease's end, by Redis' clock: the extended lease still holds it.
+    wait_redis_time(&redis.conn().await, unix_ms(&task.lease_expires_at) + 1).await;
     assert!(lease(&mut queues, 1, 200).await?.is_empty());
     assert_eq!(ack(&mut queues, &[&task.receipt]).await?, [true]);
     Ok(())
@@ -588,7 +589,8 @@ async fn more_leases_running_out_at_once_than_one_script_run_returns_all_come_ba
     }
     let mut last_end = 0;
     for _ in 0..3 {
-        for task in lease(&mut queues, 1000, 300).await? {
+        // Long enough that no lease runs out before all three calls and the count.
+        for task in lease(&mut queues, 1000, 2_000).await? {
             last_end = last_end.max(unix_ms(&task.lease_expires_at));
         }
     }
@@ -619,8 +621,8 @@ async fn an_expired_lease_on_the_last_attempt_makes_the_task_dead(redis: TestSto
         }],
     )
     .await?;
-    lease(&mut queues, 1, 100).await?;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let leased = lease(&mut queues, 1, 100).await?.remove(0);
+    wait_redis_time(&redis.conn().await, unix_ms(&leased.lease_expires_at) + 1).await;
     assert_eq!(stats(&mut queues).await?.dead, 1);
     // A DEAD task comes back to life with REPLACE, its attempts reset.
     let replace = replacing(spec("once", "fixed"));
