@@ -212,14 +212,11 @@ async fn a_closed_stream_on_a_last_attempt_makes_the_task_dead(redis: TestStore)
     let mut stream = subscribe(&mut queues, subscribe_request("q", 1, 60_000)).await?;
     next_tasks(&mut stream, 1).await;
     drop(stream);
-    let started = Instant::now();
-    while stats(&mut queues, "q").await? != (0, 0, 0, 1) {
-        assert!(
-            started.elapsed() < Duration::from_secs(2),
-            "never went dead"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    common::eventually("the task is dead", common::WAIT, || {
+        let mut queues = queues.clone();
+        async move { stats(&mut queues, "q").await.ok() == Some((0, 0, 0, 1)) }
+    })
+    .await;
     Ok(())
 }
 
@@ -454,8 +451,25 @@ async fn a_hundred_idle_subscribers_cost_redis_next_to_nothing(redis: TestStore)
             .await?,
         );
     }
-    // Let the joins settle, then count.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Count once the joins are done: every stream open, then their first passes over
+    // (a 200 ms look at Redis with no more than our INFO and the probes' PINGs in it).
+    server
+        .wait_metric("turnstile_streams_open{kind=\"subscribe\"}", 100.0)
+        .await;
+    let last = std::cell::Cell::new(redis.total_commands().await);
+    let (last, store, probes) = (&last, &redis, 1 + server.replicas() as u64);
+    common::eventually(
+        "the joins' first passes over",
+        common::WAIT,
+        || async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let now = store.total_commands().await;
+            let quiet = now - last.get() <= probes;
+            last.set(now);
+            quiet
+        },
+    )
+    .await;
     let before = redis.total_commands().await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let after = redis.total_commands().await;
@@ -524,14 +538,15 @@ async fn subscribe_streams_are_limited_by_max_streams(redis: TestStore) -> TestR
     assert_eq!(refused.code(), Code::ResourceExhausted);
     drop(first);
     // The permit comes back with the stream.
-    let started = Instant::now();
-    while subscribe(&mut queues, subscribe_request("q", 1, 30_000))
-        .await
-        .is_err()
-    {
-        assert!(started.elapsed() < Duration::from_secs(2));
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    common::eventually("a stream once the first closed", common::WAIT, || {
+        let mut queues = queues.clone();
+        async move {
+            subscribe(&mut queues, subscribe_request("q", 1, 30_000))
+                .await
+                .is_ok()
+        }
+    })
+    .await;
     Ok(())
 }
 
@@ -586,17 +601,18 @@ async fn a_stream_survives_a_redis_restart_and_pushes_what_is_enqueued_after_it(
     tokio::time::sleep(Duration::from_millis(300)).await;
     redis.restart().await;
 
-    let started = Instant::now();
-    while enqueue(&mut queues, "q", vec![task("after")])
-        .await
-        .is_err()
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "enqueue never worked again"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    common::retry_unavailable("enqueue after the restart", || {
+        let mut queues = queues.clone();
+        async move {
+            queues
+                .enqueue(EnqueueRequest {
+                    queue: "q".into(),
+                    tasks: vec![task("after")],
+                })
+                .await
+        }
+    })
+    .await;
     let after = next_task(&mut stream, Duration::from_secs(5))
         .await
         .expect("pushed after the restart");
