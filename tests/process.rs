@@ -424,10 +424,7 @@ async fn killed_server_loses_no_delivery_and_no_lock_outlives_its_ttl(
     let mut ids = Vec::new();
     let started = std::time::Instant::now();
     while ids.len() < 3 {
-        assert!(
-            started.elapsed() < common::WAIT,
-            "got back {ids:?}"
-        );
+        assert!(started.elapsed() < common::WAIT, "got back {ids:?}");
         let leased = queues
             .lease(LeaseRequest {
                 queue: "crash".into(),
