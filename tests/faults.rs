@@ -366,11 +366,14 @@ async fn with_wait_replicas_a_write_no_replica_confirmed_is_unavailable() -> Tes
     // A loaded machine may delay the replica's ack past the WAIT: a write that answered
     // UNAVAILABLE is retried until confirmed, as a client does (enqueue by id and an
     // acquire with a request id are idempotent).
-    common::retry_unavailable("enqueue", || {
-        let mut queues = queues.clone();
-        async move { queues.enqueue(enqueue("confirmed")).await }
-    })
-    .await;
+    let enqueue_confirmed = |id: &'static str| {
+        let queues = queues.clone();
+        common::retry_unavailable("enqueue", move || {
+            let mut queues = queues.clone();
+            async move { queues.enqueue(enqueue(id)).await }
+        })
+    };
+    enqueue_confirmed("confirmed").await;
     let won = common::retry_unavailable("acquire", || {
         let mut locks = locks.clone();
         async move {
@@ -399,11 +402,7 @@ async fn with_wait_replicas_a_write_no_replica_confirmed_is_unavailable() -> Tes
         .arg("FLUSH")
         .query_async(&mut primary.conn().await)
         .await?;
-    common::retry_unavailable("enqueue after the flush", || {
-        let mut queues = queues.clone();
-        async move { queues.enqueue(enqueue("after-flush")).await }
-    })
-    .await;
+    enqueue_confirmed("after-flush").await;
 
     replica.kill().await;
     let started = std::time::Instant::now();

@@ -374,13 +374,13 @@ pub fn free_node_port() -> u16 {
     }
 }
 
-/// `redis-cli -p port ARGS…`'s output, if it ran.
 /// [`cluster_cli`] where the node must answer: what a count or a key list is built
 /// from, which must not come out short because one node's answer was missing.
 fn cluster_cli_answer(port: u16, args: &[&str]) -> String {
     cluster_cli(port, args).unwrap_or_else(|| panic!("redis-cli -p {port} {args:?} did not answer"))
 }
 
+/// `redis-cli -p port ARGS…`'s output, if it ran.
 fn cluster_cli(port: u16, args: &[&str]) -> Option<String> {
     let output = Command::new("redis-cli")
         .args(["-p", &port.to_string()])
