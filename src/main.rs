@@ -86,9 +86,9 @@ fn main() -> ExitCode {
 
 async fn serve(config: Config) -> Result<(), String> {
     // The handlers are installed before anything else, so that a SIGTERM or SIGINT sent
-    // once the ready line is out always drains: installed by the future's first poll,
-    // they came after the line, and a signal in between killed the process at once
-    // (tests/process.rs saw it under load).
+    // once the ready line is out always drains: a handler installed by the future's
+    // first poll would come after the line, and a signal in between would kill the
+    // process at once.
     let stop = stop_signal();
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await

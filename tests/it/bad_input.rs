@@ -3,7 +3,7 @@
 //! INVALID_ARGUMENT naming the field as the `.proto` spells it, in the message and in a
 //! `google.rpc.BadRequest`, and never reaches Redis.
 
-mod common;
+use crate::common;
 
 use std::{future::Future, pin::Pin};
 

@@ -1,11 +1,12 @@
-//! The README's Python and Node guides, run exactly as printed: each one's set-up
-//! commands (Python: a virtual environment and stubs generated into their own
-//! directory; Node: npm packages) in a scratch directory under `target/tmp`, then every
-//! example against a real server. Examples that loop forever (a worker, a leader holding
-//! its lock) run until they print what shows they work, then stop. Skipped, saying why,
-//! only where the language's tools or registry cannot be had.
+//! The guides, run exactly as printed: every `sh`, `python` and `js` block of the README
+//! and of the pages in `docs/`. The Python and Node set-up commands (a virtual
+//! environment and stubs generated into their own directory; npm packages) run in a
+//! scratch directory under `target/tmp`, then every example against a real server.
+//! Examples that loop forever (a worker, a leader holding its lock) run until they
+//! print what shows they work, then stop. Skipped, saying why, only where the
+//! language's tools or registry cannot be had.
 
-mod common;
+use crate::common;
 
 use std::{
     io::{BufRead, BufReader},
@@ -18,34 +19,63 @@ use std::{
 use common::{TestRedis, TestResult, TestServer};
 use turnstile::pb::{EnqueueRequest, TaskSpec};
 
-/// The fenced blocks of `language` in the README after `heading`, up to the next `##`
-/// heading of the same or a higher level.
-fn blocks(readme: &str, language: &str) -> Vec<(usize, String)> {
+/// A fenced code block of a page.
+#[derive(Clone, Debug, PartialEq)]
+struct Block {
+    /// Where it starts, as `page:line` (`docs/cli.md:12`).
+    at: String,
+    code: String,
+}
+
+/// The pages whose blocks run, in order: the README, then `docs/*.md` by name.
+fn pages() -> Vec<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut names: Vec<String> = std::fs::read_dir(root.join("docs"))
+        .expect("docs/")
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter(|name| name.ends_with(".md"))
+        .map(|name| format!("docs/{name}"))
+        .collect();
+    names.sort();
+    names.insert(0, "README.md".to_owned());
+    names
+        .into_iter()
+        .map(|name| {
+            let text = std::fs::read_to_string(root.join(&name))
+                .unwrap_or_else(|err| panic!("{name}: {err}"));
+            (name, text)
+        })
+        .collect()
+}
+
+/// Every fenced block of `language` on every page, in page order.
+fn blocks(language: &str) -> Vec<Block> {
     let mut out = Vec::new();
-    let mut lines = readme.lines().enumerate();
-    while let Some((at, line)) = lines.next() {
-        if line.trim() == format!("```{language}") {
-            let body: Vec<&str> = lines
-                .by_ref()
-                .map(|(_, l)| l)
-                .take_while(|l| l.trim() != "```")
-                .collect();
-            out.push((at + 1, body.join("\n") + "\n"));
+    for (page, text) in pages() {
+        let mut lines = text.lines().enumerate();
+        while let Some((at, line)) = lines.next() {
+            if line.trim() == format!("```{language}") {
+                let body: Vec<&str> = lines
+                    .by_ref()
+                    .map(|(_, l)| l)
+                    .take_while(|l| l.trim() != "```")
+                    .collect();
+                out.push(Block {
+                    at: format!("{page}:{}", at + 1),
+                    code: body.join("\n") + "\n",
+                });
+            }
         }
     }
     out
 }
 
-/// A guide's set-up block: the first `sh` block after its `heading`.
-fn setup_block(readme: &str, heading: &str) -> String {
-    let from = readme
-        .find(heading)
-        .unwrap_or_else(|| panic!("no {heading:?} in the README"));
-    blocks(&readme[from..], "sh")
+/// A guide's set-up block: the first `sh` block that contains `needle`.
+fn setup_block(needle: &str) -> Block {
+    blocks("sh")
         .into_iter()
-        .next()
-        .expect("a set-up block")
-        .1
+        .find(|block| block.code.contains(needle))
+        .unwrap_or_else(|| panic!("no set-up block with {needle:?} in the guides"))
 }
 
 /// Runs the set-up commands in `dir` (with `proto/` linked in) unless `done` exists
@@ -112,13 +142,14 @@ fn fresh(made: &Path) -> bool {
 fn run_example(
     mut command: Command,
     dir: &Path,
-    (line, code): (usize, &str),
+    block: &Block,
     extension: &str,
     addr: &str,
     until: Option<&str>,
 ) -> Vec<String> {
-    let file = dir.join(format!("example_{line}.{extension}"));
-    std::fs::write(&file, code).unwrap();
+    let name = block.at.replace(['/', ':', '.'], "_");
+    let file = dir.join(format!("example_{name}.{extension}"));
+    std::fs::write(&file, &block.code).unwrap();
     let mut child = command
         .arg(&file)
         .current_dir(dir)
@@ -162,51 +193,31 @@ fn run_example(
     match until {
         Some(wanted) => assert!(
             seen,
-            "README line {line}: never printed {wanted:?}; printed {printed:?}\n{stderr}"
+            "{}: never printed {wanted:?}; printed {printed:?}\n{stderr}",
+            block.at
         ),
         None => assert!(
             output.status.success(),
-            "README line {line} failed: {printed:?}\n{stderr}"
+            "{} failed: {printed:?}\n{stderr}",
+            block.at
         ),
     }
     printed
 }
 
-/// A test server with a task for the Subscribe example to send.
-async fn server_for_guides(redis: &TestRedis) -> TestServer {
-    let server = TestServer::start(redis).await;
-    server
-        .queues()
-        .await
-        .enqueue(EnqueueRequest {
-            queue: "emails".into(),
-            tasks: vec![TaskSpec {
-                id: "hello-1".into(),
-                payload: b"hi".to_vec().into(),
-                ..Default::default()
-            }],
-        })
-        .await
-        .expect("enqueue");
-    server
-}
-
 /// A guide set up and a server for its examples.
 struct Guide {
-    readme: String,
     dir: PathBuf,
-    addr: String,
-    _server: TestServer,
+    server: TestServer,
     _redis: TestRedis,
 }
 
-/// Sets up the guide under `heading` in `target/tmp/<name>` (unless `done` exists there
-/// from an earlier run) and starts a server; `None` when the guide's tools are missing.
-async fn prepare(heading: &str, name: &str, done: &'static str) -> Option<Guide> {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
-        .expect("README.md");
+/// Sets up a guide from the set-up block containing `needle` in `target/tmp/<name>`
+/// (unless `done` exists there from an earlier run) and starts a server; `None` when
+/// the guide's tools are missing.
+async fn prepare(needle: &str, name: &str, done: &'static str) -> Option<Guide> {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let setup = setup_block(&readme, heading);
+    let setup = setup_block(needle).code;
     let ready = tokio::task::spawn_blocking({
         let dir = dir.clone();
         move || set_up(&dir, &setup, done)
@@ -217,20 +228,23 @@ async fn prepare(heading: &str, name: &str, done: &'static str) -> Option<Guide>
         return None;
     }
     let redis = TestRedis::start().await;
-    let server = server_for_guides(&redis).await;
+    let server = TestServer::start(&redis).await;
     Some(Guide {
-        readme,
         dir,
-        addr: server.addr.to_string(),
-        _server: server,
+        server,
         _redis: redis,
     })
 }
 
+/// The Python set-up block, found by this command.
+const PYTHON_SETUP: &str = "python3 -m venv";
+/// The Node set-up block, found by this command.
+const NODE_SETUP: &str = "npm install";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_readme_python_examples_run_as_printed() -> TestResult {
+async fn the_python_examples_run_as_printed() -> TestResult {
     let Some(guide) = prepare(
-        "### From Python",
+        PYTHON_SETUP,
         "python-guide",
         "gen/turnstile/v1/queue_pb2_grpc.py",
     )
@@ -238,30 +252,45 @@ async fn the_readme_python_examples_run_as_printed() -> TestResult {
     else {
         return Ok(());
     };
-    let examples = blocks(&guide.readme, "python");
+    let examples = blocks("python");
     assert!(
-        examples.len() >= 3,
-        "the README's Python examples went missing"
+        examples.len() >= 4,
+        "the guides' Python examples went missing: {examples:?}"
     );
-    for (line, code) in examples {
+    for block in examples {
         // What shows that an example which never ends works.
-        let until = if code.contains("locks.Hold(") {
+        let until = if block.code.contains("locks.Hold(") {
             Some("leader with fencing token")
-        } else if code.contains("queues.Subscribe(") {
+        } else if block.code.contains("queues.Subscribe(") {
+            // A task for it to send, enqueued now: a polling worker run before it
+            // would have taken one enqueued earlier.
+            guide
+                .server
+                .queues()
+                .await
+                .enqueue(EnqueueRequest {
+                    queue: "emails".into(),
+                    tasks: vec![TaskSpec {
+                        id: "hello-1".into(),
+                        payload: b"hi".to_vec().into(),
+                        ..Default::default()
+                    }],
+                })
+                .await?;
             Some("sending hello-1")
-        } else if code.contains("queues.Lease(") {
+        } else if block.code.contains("queues.Lease(") {
             Some("sending welcome-42")
         } else {
             None
         };
         let dir = guide.dir.clone();
-        let addr = guide.addr.clone();
+        let addr = guide.server.addr.to_string();
         tokio::task::spawn_blocking(move || {
             let mut python = Command::new(dir.join(".venv/bin/python"));
             python
                 .env("PYTHONPATH", dir.join("gen"))
                 .env("PYTHONUNBUFFERED", "1");
-            run_example(python, &dir, (line, &code), "py", &addr, until)
+            run_example(python, &dir, &block, "py", &addr, until)
         })
         .await?;
     }
@@ -269,9 +298,9 @@ async fn the_readme_python_examples_run_as_printed() -> TestResult {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_readme_node_example_runs_as_printed() -> TestResult {
+async fn the_node_example_runs_as_printed() -> TestResult {
     let Some(guide) = prepare(
-        "### From Node",
+        NODE_SETUP,
         "node-guide",
         "node_modules/@grpc/proto-loader/package.json",
     )
@@ -279,12 +308,12 @@ async fn the_readme_node_example_runs_as_printed() -> TestResult {
     else {
         return Ok(());
     };
-    let examples = blocks(&guide.readme, "js");
-    assert_eq!(examples.len(), 1, "the README's Node example went missing");
-    let (line, code) = examples.into_iter().next().unwrap();
-    let (dir, addr) = (guide.dir.clone(), guide.addr.clone());
+    let examples = blocks("js");
+    assert_eq!(examples.len(), 1, "the guides' Node example went missing");
+    let block = examples.into_iter().next().unwrap();
+    let (dir, addr) = (guide.dir.clone(), guide.server.addr.to_string());
     let printed = tokio::task::spawn_blocking(move || {
-        run_example(Command::new("node"), &dir, (line, &code), "js", &addr, None)
+        run_example(Command::new("node"), &dir, &block, "js", &addr, None)
     })
     .await?
     .join("\n");
@@ -305,12 +334,7 @@ async fn the_readme_node_example_runs_as_printed() -> TestResult {
 /// Runs one `sh` block with bash in `dir`, the built binary first on `PATH`; with
 /// `until`, stops it once its output (stdout and stderr) has a line containing that.
 /// Returns everything it printed.
-async fn run_shell(
-    dir: &Path,
-    (line, code): (usize, &str),
-    server: &str,
-    until: Option<&str>,
-) -> Vec<String> {
+async fn run_shell(dir: &Path, block: &Block, server: &str, until: Option<&str>) -> Vec<String> {
     use tokio::io::{AsyncBufReadExt, BufReader as AsyncBufReader};
     let bin_dir = Path::new(common::BIN)
         .parent()
@@ -321,7 +345,7 @@ async fn run_shell(
         std::env::var("PATH").unwrap_or_default()
     );
     let mut child = tokio::process::Command::new("bash")
-        .args(["-eo", "pipefail", "-c", code])
+        .args(["-eo", "pipefail", "-c", &block.code])
         .current_dir(dir)
         .env("PATH", path)
         .env("TURNSTILE_SERVER", server)
@@ -363,17 +387,15 @@ async fn run_shell(
     .unwrap_or(false);
     match until {
         Some(wanted) => {
-            assert!(
-                ended,
-                "README line {line}: never printed {wanted:?}: {printed:?}"
-            );
+            assert!(ended, "{}: never printed {wanted:?}: {printed:?}", block.at);
             let _ = child.kill().await;
         }
         None => {
             let status = child.wait().await.expect("bash ran");
             assert!(
                 status.success(),
-                "README line {line} failed ({status}): {printed:?}"
+                "{} failed ({status}): {printed:?}",
+                block.at
             );
         }
     }
@@ -381,60 +403,67 @@ async fn run_shell(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_readme_shell_blocks_run_as_printed() -> TestResult {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))?;
+async fn the_shell_blocks_run_as_printed() -> TestResult {
     // The guides' set-up blocks are run by the guide tests above.
-    let setups = [
-        setup_block(&readme, "### From Python"),
-        setup_block(&readme, "### From Node"),
-    ];
-    let blocks: Vec<(usize, String)> = blocks(&readme, "sh")
+    let setups = [setup_block(PYTHON_SETUP), setup_block(NODE_SETUP)];
+    let blocks: Vec<Block> = blocks("sh")
         .into_iter()
-        .filter(|(_, code)| !setups.contains(code))
+        .filter(|block| !setups.contains(block))
         .collect();
-    assert!(blocks.len() >= 4, "the README's shell blocks went missing");
+    assert!(
+        blocks.len() >= 7,
+        "the guides' shell blocks went missing: {blocks:?}"
+    );
     let redis = TestRedis::start().await;
     let server = TestServer::start(&redis).await;
-    let dir = common::TempDir::new("readme-sh");
+    let dir = common::TempDir::new("guides-sh");
     let mut all = Vec::new();
-    for (line, code) in &blocks {
+    for block in &blocks {
         // `turnstile work` serves until stopped: until it has acked a task.
-        let until = code.contains("turnstile work").then_some(", acked");
-        let printed = run_shell(
-            &dir.0,
-            (*line, code),
-            &format!("http://{}", server.addr),
-            until,
-        )
-        .await;
-        all.push((code.clone(), printed));
+        let until = block.code.contains("turnstile work").then_some(", acked");
+        let printed = run_shell(&dir.0, block, &format!("http://{}", server.addr), until).await;
+        all.push((block.code.clone(), printed.join("\n")));
     }
-    let output = |needle: &str| -> Vec<String> {
+    let output = |needle: &str| -> String {
         all.iter()
             .find(|(code, _)| code.contains(needle))
             .map(|(_, printed)| printed.clone())
             .unwrap_or_else(|| panic!("no block with {needle:?}"))
     };
+    let expect = |needle: &str, wanted: &[&str]| {
+        let printed = output(needle);
+        for wanted in wanted {
+            assert!(printed.contains(wanted), "no {wanted:?} in {printed}");
+        }
+    };
     // The token recipe prints a SHA-256 in hex.
     let hash = output("sha256sum");
     assert!(
-        hash.len() == 1 && hash[0].len() == 64 && hash[0].bytes().all(|b| b.is_ascii_hexdigit()),
+        hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit()),
         "{hash:?}"
     );
-    // The queue block: the ids, the table, the delayed task as JSON, the cancel.
-    let queue = output("turnstile enqueue").join("\n");
-    for wanted in ["welcome-42", "welcome-43", "QUEUE", "\"state\":\"DELAYED\""] {
-        assert!(queue.contains(wanted), "no {wanted:?} in {queue}");
-    }
-    let lock = output("turnstile lock").join("\n");
-    assert!(
-        lock.contains("one machine reports, with fencing token 1"),
-        "{lock}"
+    // The README's queue block: the id and the table.
+    expect("turnstile enqueue emails", &["welcome-42", "QUEUE"]);
+    // The command line's: both ids, the delayed task as JSON, the cancel.
+    expect(
+        "turnstile enqueue newsletters",
+        &["issue-7", "issue-8", "QUEUE", "\"state\":\"DELAYED\""],
     );
-    let work = output("turnstile work").join("\n");
-    assert!(
-        work.contains("sending welcome-42: {\"to\": \"ada@example.com\"}"),
-        "{work}"
+    expect(
+        "turnstile lock nightly-report",
+        &["one machine reports, with fencing token 1"],
+    );
+    expect(
+        "turnstile lock weekly-digest",
+        &["one machine writes the digest, with fencing token 1"],
+    );
+    expect(
+        "turnstile work emails",
+        &["sending welcome-42: {\"to\": \"ada@example.com\"}"],
+    );
+    expect(
+        "turnstile work newsletters",
+        &["sending issue-7: {\"to\": \"ada@example.com\"}"],
     );
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! Faults with real processes: Redis SIGKILLed and restarted while clients enqueue,
 //! work and take locks. What a client was told is stored must still be there after.
 
-mod common;
+use crate::common;
 
 use std::{
     sync::{

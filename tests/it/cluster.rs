@@ -2,7 +2,7 @@
 //! `redis-server` processes (three primaries, three replicas), and names chosen so
 //! that their slots are served by different primaries, side by side.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! Around the services: health (readiness follows Redis, liveness does not), server
 //! reflection v1 and v1alpha, and the metrics endpoint.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -1,5 +1,5 @@
 //! A bounded chaos run, seeded so that a failure replays (`CHAOS_SEED=<n> cargo test
-//! --test chaos`): while a producer enqueues, workers lease and ack and lockers contend
+//! --test it chaos::`): while a producer enqueues, workers lease and ack and lockers contend
 //! for one lock through a changing set of server processes, it deals 12 faults, each a
 //! SIGKILL of Redis (append only, fsync always, then restarted) or of a server (then
 //! replaced), while workers drop calls mid-flight. Each fault comes once the clients
@@ -7,7 +7,7 @@
 //! no two lock holders were ever inside at once, fencing tokens rose in the order the
 //! lock was won, and a server that lived through it all is back near its start memory.
 
-mod common;
+use crate::common;
 
 use std::{
     sync::{

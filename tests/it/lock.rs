@@ -1,7 +1,7 @@
 //! LockService over real gRPC against a real redis-server: one test per guarantee of
 //! the contract (docs/api.md, "turnstile.v1.LockService").
 
-mod common;
+use crate::common;
 
 use std::{
     sync::{

@@ -1,9 +1,9 @@
 //! Subscribe streams over real gRPC against a real redis-server: flow control, give-back
 //! when a stream ends, re-attach by worker_id, prompt pushes, fairness, heartbeats, and
 //! the Redis cost of idle subscribers (docs/api.md, `Subscribe`).
-//! Several server processes on one Redis: tests/process.rs.
+//! Several server processes on one Redis: `process`.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //! from the auth file, one permission per RPC, tenants as separate key spaces that no
 //! RPC and no name trick can cross, reload on SIGHUP, no token in any log, and TLS.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

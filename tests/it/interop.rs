@@ -4,7 +4,7 @@
 //! Ack (`tests/interop/`). Their toolchains are set up once per target directory
 //! (a venv, a node_modules); where one cannot be installed the test says why and skips.
 
-mod common;
+use crate::common;
 
 use std::{
     path::{Path, PathBuf},

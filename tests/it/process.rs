@@ -3,7 +3,7 @@
 //! and several server processes on one Redis: Subscribe delivers each task to exactly
 //! one worker, and a SIGKILLed server loses none of its deliveries.
 
-mod common;
+use crate::common;
 
 use std::{
     io::{Read, Write},

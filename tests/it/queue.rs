@@ -1,7 +1,7 @@
 //! QueueService over real gRPC against a real redis-server: one test per guarantee of
 //! the contract's unary RPCs (docs/api.md, "turnstile.v1.QueueService").
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! real server and, side by side, against a small in-memory model of the contract
 //! ("turnstile.v1.QueueService"). Every reply must be one the model allows, and after
 //! every step `Stats` and the listing of every state (in delivery order) must agree.
-//! `MODEL_SEED=<n> cargo test --test model` replays a run.
+//! `MODEL_SEED=<n> cargo test --test it model::` replays a run.
 //!
 //! Time is Redis' clock, which no test can stop: each call is bracketed by two reads of
 //! Redis `TIME`, and the model is asked for its answer at every instant in between at
@@ -12,7 +12,7 @@
 //! lease's end, a Nack's due time, `enqueued_at`) are held as ranges until a reply
 //! shows them, then adopted.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 

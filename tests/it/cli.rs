@@ -4,7 +4,7 @@
 //! backoff, the drain on SIGTERM), and the operator commands print tables and JSON.
 //! Errors print the gRPC status name and exit 1; usage errors exit 2.
 
-mod common;
+use crate::common;
 
 use std::{
     path::Path,

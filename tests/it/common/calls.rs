@@ -1,0 +1,44 @@
+//! Small helpers for building requests and checking replies.
+
+use std::time::Duration;
+
+/// A protobuf duration of `ms` milliseconds.
+pub fn ms(ms: i64) -> Option<prost_types::Duration> {
+    Some(prost_types::Duration {
+        seconds: ms / 1000,
+        nanos: ((ms % 1000) * 1_000_000) as i32,
+    })
+}
+
+/// Unix milliseconds of an optional timestamp.
+pub fn unix_ms(ts: &Option<prost_types::Timestamp>) -> i64 {
+    ts.as_ref()
+        .map(turnstile::time::ms_from_timestamp)
+        .unwrap_or(0)
+}
+
+/// A request with a gRPC deadline.
+pub fn with_timeout<T>(message: T, timeout: Duration) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.set_timeout(timeout);
+    request
+}
+/// The status a waiting call gets when its deadline passes: DEADLINE_EXCEEDED answered
+/// by the server itself (a client-side timeout would be CANCELLED), and in time.
+pub fn assert_server_deadline(status: &tonic::Status, started: std::time::Instant) {
+    assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
+    assert!(
+        status.message().contains("deadline exceeded while waiting"),
+        "{status:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+/// A queue's Stats shows nothing left in any state.
+pub fn assert_drained(stats: &turnstile::pb::StatsResponse) {
+    assert_eq!(
+        (stats.ready, stats.delayed, stats.in_flight, stats.dead),
+        (0, 0, 0, 0),
+        "{stats:?}"
+    );
+}

@@ -1,0 +1,22 @@
+//! The integration tests, one binary (as cargo's own `tests/testsuite/main.rs`): each
+//! module is one area, and the crate is linked once instead of once per file. Every
+//! test talks to a real `redis-server` and to the real server over real gRPC; the
+//! harness is in `common/`, split by what it starts.
+
+#[macro_use]
+mod common;
+
+mod auth;
+mod bad_input;
+mod chaos;
+mod cli;
+mod cluster;
+mod faults;
+mod guides;
+mod interop;
+mod lock;
+mod model;
+mod process;
+mod queue;
+mod server;
+mod subscribe;
