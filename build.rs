@@ -19,8 +19,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
-        // Undecodable requests are INVALID_ARGUMENT naming the field (src/wire.rs).
-        .codec_path("crate::wire::Codec")
+        // Undecodable requests are INVALID_ARGUMENT naming the field (src/grpc/wire.rs).
+        .codec_path("crate::grpc::wire::Codec")
         .bytes(".turnstile.v1.Task.payload")
         .bytes(".turnstile.v1.TaskSpec.payload")
         .compile_fds(fds)?;

@@ -6,10 +6,17 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::{Args, ValueEnum};
 
+use crate::grpc::connections::ConnectionAge;
+
 /// The most open `Hold`/`Subscribe` streams by default (`--max-streams`).
 pub const DEFAULT_MAX_STREAMS: usize = 10_000;
 /// The most waiting `Acquire`/`Hold` calls by default (`--max-waiters`).
 pub const DEFAULT_MAX_WAITERS: usize = 100_000;
+/// The largest request message by default (`--max-message-size`): gRPC's usual 4 MiB,
+/// which also bounds a reply (see `queue::REPLY_BUDGET_BYTES`).
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
+/// The most open client connections by default (`--max-connections`).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 
 /// How the server logs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -91,13 +98,13 @@ pub struct Config {
 
     /// The largest request message, in bytes; a larger one gets RESOURCE_EXHAUSTED
     /// before it is read. Raise it for Enqueue batches whose payloads add up to more.
-    #[arg(long, env = "TURNSTILE_MAX_MESSAGE_SIZE", default_value_t = crate::wire::DEFAULT_MAX_MESSAGE_BYTES,
+    #[arg(long, env = "TURNSTILE_MAX_MESSAGE_SIZE", default_value_t = DEFAULT_MAX_MESSAGE_BYTES,
         value_parser = parse_message_size)]
     pub max_message_size: usize,
 
     /// The most open client connections; one more is closed as soon as it is accepted
     /// (its client sees UNAVAILABLE). The process's open-file limit must allow it.
-    #[arg(long, env = "TURNSTILE_MAX_CONNECTIONS", default_value_t = crate::connections::DEFAULT_MAX_CONNECTIONS)]
+    #[arg(long, env = "TURNSTILE_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
 
     /// Send GOAWAY to a connection this old, so its client's next calls open a new
@@ -202,15 +209,6 @@ impl Config {
             self.listen
         ))
     }
-}
-
-/// `--max-connection-age` and its grace.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ConnectionAge {
-    /// GOAWAY after this.
-    pub age: Duration,
-    /// Streams end, and the connection closes, this much later.
-    pub grace: Duration,
 }
 
 /// Parses `--max-message-size`: bytes, from 1 KiB (a smaller ceiling would refuse

@@ -1,44 +1,41 @@
 //! turnstile: distributed locks and task queues over gRPC, kept in Redis, every state
 //! change one Lua script. This library is the server; the client-side code (the
-//! benchmark) lives in the binary's own module tree and uses only what is public here.
+//! command line, the benchmark) lives in the binary's own module tree and uses only
+//! what is public here.
 //!
-//! Crate map (see ARCHITECTURE.md for a request's path through it):
-//! - [`config`]: flags and `TURNSTILE_*` environment variables into one `Config`.
-//! - [`server`]: `run(config, listener, shutdown)` wires Redis, services, health and
-//!   reflection together; `main` and the tests both call it.
-//! - [`rpc`]: the one path every RPC takes (span, deadline, error logging, heartbeats);
-//!   [`traceparent`]: the caller's W3C trace id on that span.
-//! - [`redis`]: the connections (one Redis or a cluster), keys, scripts, reply decoding, group commit, the
-//!   embedded `redis-server` and pub/sub wake-ups.
-//! - [`lock`]: `LockStore` (the domain) and `LockApi` (the gRPC adapter), plus `Hold`.
-//! - [`queue`]: `QueueStore` (the domain), `QueueApi` (the gRPC adapter) and the
-//!   Subscribe `scheduler`.
-//! - [`tls`]: the gRPC server's TLS and mTLS, and the CA for `rediss://`.
-//! - [`wire`] (the codec, the request size ceiling) and [`connections`] (the
-//!   connection ceiling and age): what a request meets before any handler.
-//! - [`auth`]: bearer tokens, tenants and permissions, checked before any handler.
-//! - [`error`], [`validate`], [`deadline`], [`heartbeat`], [`limits`], [`shutdown`],
-//!   [`token`], [`time`], [`health`], [`metrics`]: the pieces every RPC shares.
+//! The layers, top to bottom (ARCHITECTURE.md draws them with a request's path); a
+//! module imports only from layers below its own:
+//! - composition: [`config`] (flags and `TURNSTILE_*` variables into one `Config`,
+//!   defaults beside their flags) and [`server`] (`run(config, listener, shutdown)`
+//!   wires the layers below; `main` and the tests both call it).
+//! - the gRPC face, [`grpc`]: the only code that knows tonic and the protobuf types:
+//!   router, the one RPC path, the lock and queue adapters, the auth layer, wire,
+//!   connections, TLS, deadlines, heartbeats, trace context, health, [`pb`].
+//! - the domain: [`lock`] (`LockStore`, Hold, waiters) and [`queue`] (`QueueStore`,
+//!   long polls, the Subscribe scheduler), each with its Lua scripts.
+//! - below the domain: [`redis`] (connections, keys, scripts, events, the embedded
+//!   `redis-server`), [`auth`] (tokens, tenants, permissions: policy only),
+//!   [`metrics`].
+//! - foundations every layer may use: [`error`], [`shutdown`], [`time`], [`token`],
+//!   [`tenant`], [`method`] (the RPCs and status codes by name), [`limits`],
+//!   [`validate`].
 
 pub mod auth;
 pub mod config;
-pub mod connections;
-pub mod deadline;
 pub mod error;
-pub mod health;
-pub mod heartbeat;
+pub mod grpc;
 pub mod limits;
 pub mod lock;
+pub mod method;
 pub mod metrics;
-pub mod pb;
 pub mod queue;
 pub mod redis;
-pub mod rpc;
 pub mod server;
 pub mod shutdown;
+pub mod tenant;
 pub mod time;
-pub mod tls;
 pub mod token;
-pub mod traceparent;
 pub mod validate;
-pub mod wire;
+
+/// The generated protobuf types and gRPC clients: the public surface clients build on.
+pub use grpc::pb;

@@ -53,11 +53,6 @@ impl Limits {
         })
     }
 
-    /// How many streams are open now (for metrics).
-    pub fn open_streams(&self) -> usize {
-        self.max_streams.min(Semaphore::MAX_PERMITS) - self.streams.available_permits()
-    }
-
     /// How many calls wait now (for metrics).
     pub fn waiting(&self) -> usize {
         self.max_waiters.min(Semaphore::MAX_PERMITS) - self.waiters.available_permits()

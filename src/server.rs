@@ -6,20 +6,23 @@
 use std::future::Future;
 
 use tokio::net::TcpListener;
-use tonic::transport::{Server, ServerTlsConfig};
+use tonic::transport::ServerTlsConfig;
 use tonic_health::ServingStatus;
 
 use crate::{
-    auth::{guard::Authorized, Auth},
+    auth::Auth,
     config::Config,
-    connections::ConnectionLimit,
     error::Error,
-    health,
+    grpc::{
+        connections::ConnectionLimit,
+        health,
+        router::{self, Services, Settings},
+        tls,
+    },
     limits::Limits,
-    lock::{api::LockApi, LockStore},
+    lock::LockStore,
     metrics::{self, Metrics},
-    pb::{self, lock_service_server::LockServiceServer, queue_service_server::QueueServiceServer},
-    queue::{api::QueueApi, scheduler::Scheduler, QueueStore},
+    queue::{scheduler::Scheduler, QueueStore},
     redis::{
         connection_info,
         embedded::{Bind, EmbeddedOptions, EmbeddedRedis},
@@ -27,8 +30,6 @@ use crate::{
         redact, Keys, Redis,
     },
     shutdown::Shutdown,
-    tls,
-    wire::SizeLimited,
 };
 
 /// Serves on `listener` until `shutdown_signal` completes, then shuts down gracefully.
@@ -44,8 +45,12 @@ pub async fn run(
         Some(path) => Auth::from_file(path)?,
         None => Auth::open(),
     };
-    let tls = tls::server_config(&config)?;
-    let redis_ca = tls::redis_ca(&config)?;
+    let tls = tls::server_config(tls::ServerPem {
+        cert: config.tls_cert.as_deref(),
+        key: config.tls_key.as_deref(),
+        client_ca: config.tls_client_ca.as_deref(),
+    })?;
+    let redis_ca = tls::redis_ca(config.redis_ca.as_deref())?;
     let shutdown = Shutdown::new();
     let embedded = match &config.redis_url {
         Some(_) => None,
@@ -183,7 +188,7 @@ async fn serve(
         shutdown,
     );
 
-    let (reporter, health_service) = tonic_health::server::health_reporter();
+    let reporter = tonic_health::server::HealthReporter::new();
     reporter
         .set_service_status(health::LIVENESS_SERVICE, ServingStatus::Serving)
         .await;
@@ -195,17 +200,6 @@ async fn serve(
         events,
         shutdown,
     );
-
-    let reflection_v1 = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()
-        .map_err(|err| format!("reflection: {err}"))?;
-    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1alpha()
-        .map_err(|err| format!("reflection: {err}"))?;
 
     let metrics_listener = TcpListener::bind(config.metrics_listen)
         .await
@@ -219,17 +213,11 @@ async fn serve(
         .local_addr()
         .map_err(|err| err.to_string())?;
     let connections = ConnectionLimit::new(config.max_connections);
-    metrics::spawn(
-        metrics_listener,
-        metrics.clone(),
-        metrics::Sources {
-            limits: limits.clone(),
-            connections: connections.clone(),
-            queues: queues.clone(),
-            redis_errors: redis.errors.clone(),
-        },
-        shutdown,
-    );
+    connections.register(&metrics);
+    redis.errors.register(&metrics);
+    locks.register_metrics(&metrics);
+    queues.register_metrics(&metrics);
+    metrics::spawn(metrics_listener, metrics.clone(), shutdown);
 
     auth.spawn_reloader(shutdown);
     let addr = listener.local_addr().map_err(|err| err.to_string())?;
@@ -254,55 +242,27 @@ async fn serve(
             shutdown.trigger();
         }
     };
-    let mut builder = Server::builder()
-        .http2_keepalive_interval(
-            (!config.keepalive_interval.is_zero()).then_some(config.keepalive_interval),
-        )
-        .http2_keepalive_timeout(Some(config.keepalive_timeout));
-    if let Some(age) = config.connection_age() {
-        // Only the age: the grace is ours (see `connections.rs`).
-        builder = builder.max_connection_age(age.age);
-    }
-    if let Some(tls) = tls {
-        builder = builder
-            .tls_config(tls)
-            .map_err(|err| format!("tls: {err}"))?;
-    }
-    builder
-        .add_service(health_service)
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha)
-        .add_service(SizeLimited(Authorized::new(
-            LockServiceServer::new(LockApi::new(locks, config.stream_heartbeat))
-                .max_decoding_message_size(config.max_message_size),
-            auth.clone(),
-            metrics.clone(),
-        )))
-        .add_service(SizeLimited(Authorized::new(
-            QueueServiceServer::new(QueueApi::new(queues, scheduler, config.stream_heartbeat))
-                .max_decoding_message_size(config.max_message_size),
-            auth,
-            metrics.clone(),
-        )))
-        .serve_with_incoming_shutdown(
-            connections.accept(listener, config.connection_age()),
-            draining,
-        )
-        .await
-        .map_err(|err| format!("server failed: {err}"))
-}
-
-/// The accepted connections, with Nagle's algorithm off. tonic sets TCP_NODELAY only
-/// on listeners it binds itself; without it, a small stream message written while an
-/// earlier one awaits its ACK waits for the peer's delayed ACK (40 ms on Linux): that
-/// was the p99 of Subscribe pushes and unary calls before this.
-pub fn incoming(
-    listener: TcpListener,
-) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
-    use tokio_stream::StreamExt;
-    tokio_stream::wrappers::TcpListenerStream::new(listener).map(|accepted| {
-        let stream = accepted?;
-        stream.set_nodelay(true)?;
-        Ok(stream)
-    })
+    let settings = Settings {
+        stream_heartbeat: config.stream_heartbeat,
+        max_message_size: config.max_message_size,
+        keepalive_interval: config.keepalive_interval,
+        keepalive_timeout: config.keepalive_timeout,
+        connection_age: config.connection_age(),
+        tls,
+    };
+    let services = Services {
+        locks,
+        queues,
+        scheduler,
+        auth,
+        metrics,
+    };
+    router::serve(
+        listener,
+        connections,
+        settings,
+        (services, reporter),
+        draining,
+    )
+    .await
 }

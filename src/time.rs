@@ -2,9 +2,14 @@
 //! inside the scripts) as Unix milliseconds; this module turns them into protobuf
 //! timestamps and local sleeps.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::{
+    future::Future,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
 
 use tokio::time::Instant;
+
+use crate::error::{Error, Result};
 
 /// A `google.protobuf.Timestamp` for Unix milliseconds.
 pub fn timestamp_from_ms(ms: i64) -> prost_types::Timestamp {
@@ -40,5 +45,23 @@ pub async fn sleep_until_some(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+/// Races a call that does not wait (Redis round trips only) against the caller's
+/// deadline, so a slow Redis answers UNAVAILABLE before the caller gives up instead of a
+/// bare CANCELLED. Dropping `call` at the deadline must be safe: whatever it may have
+/// won is given back by its own guard.
+pub async fn within<T>(
+    deadline: Option<Instant>,
+    call: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    match deadline {
+        Some(at) => tokio::time::timeout_at(at, call).await.unwrap_or_else(|_| {
+            Err(Error::Unavailable(
+                "redis did not answer before the deadline".into(),
+            ))
+        }),
+        None => call.await,
     }
 }

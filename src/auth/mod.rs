@@ -1,5 +1,5 @@
 //! Who may do what. A bearer token from the `--auth-file` names a tenant and the
-//! permissions it has; [`guard::Authorized`] checks it once per call, before any
+//! permissions it has; the gRPC layer's `Authorized` (`grpc/auth.rs`) checks it once per call, before any
 //! handler runs or any message is decoded, and puts the [`Caller`] in the request.
 //! Handlers scope every store call to the caller's tenant, which `redis/keys.rs` turns
 //! into a key space of its own.
@@ -7,14 +7,12 @@
 //! The file is re-read on SIGHUP ([`Auth::reload`]); a file that does not parse keeps
 //! the old one. Open streams watch for it: when their token is removed (or loses the
 //! permission or tenant they were opened with) they end with UNAUTHENTICATED or
-//! PERMISSION_DENIED (`guard::Revocable`).
+//! PERMISSION_DENIED (`grpc/auth.rs`'s `Revocable`).
 //!
 //! A token is never kept, logged or compared in the clear: only its SHA-256 is, and
 //! hashes are compared in constant time.
 
 mod file;
-pub mod guard;
-mod tenant;
 
 use std::{
     path::{Path, PathBuf},
@@ -23,11 +21,12 @@ use std::{
 
 use tokio::sync::watch;
 
+pub use crate::tenant::{Tenant, DEFAULT_TENANT};
 use crate::{
     error::{Error, Result},
+    method::{Method, LOCK_SERVICE, QUEUE_SERVICE},
     shutdown::Shutdown,
 };
-pub use tenant::{Tenant, DEFAULT_TENANT};
 
 /// What a token may do; each RPC needs exactly one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,21 +66,37 @@ impl Permission {
         1 << self as u8
     }
 
-    /// The permission a method of ours needs (`/turnstile.v1.QueueService/Ack`);
-    /// `None` for paths outside our services (health, reflection).
-    pub fn for_path(path: &str) -> Option<Self> {
-        let (service, method) = path.strip_prefix('/')?.split_once('/')?;
-        match service {
-            "turnstile.v1.LockService" => Some(Self::Lock),
-            "turnstile.v1.QueueService" => Some(match method {
-                "Enqueue" => Self::Produce,
-                "Lease" | "Ack" | "Nack" | "ExtendLease" | "Subscribe" => Self::Consume,
-                // Peek, Stats, Cancel, Redrive, and any method added later until it
-                // is given a narrower permission here.
-                _ => Self::Admin,
-            }),
-            _ => None,
+    /// The permission `method` needs.
+    pub fn for_method(method: Method) -> Self {
+        match method {
+            Method::Acquire
+            | Method::Release
+            | Method::Extend
+            | Method::Describe
+            | Method::ReleaseAll
+            | Method::Hold => Self::Lock,
+            Method::Enqueue => Self::Produce,
+            Method::Lease
+            | Method::Ack
+            | Method::Nack
+            | Method::ExtendLease
+            | Method::Subscribe => Self::Consume,
+            Method::Peek | Method::Cancel | Method::Redrive | Method::Stats => Self::Admin,
         }
+    }
+
+    /// The permission a call on an HTTP/2 path needs (`/turnstile.v1.QueueService/Ack`);
+    /// `None` for paths outside our services (health, reflection). A path of our
+    /// services that names no [`Method`] (one a newer client knows) needs `Admin`, so
+    /// that nothing of ours is ever reached without a token.
+    pub fn for_path(path: &str) -> Option<Self> {
+        if let Some(method) = Method::from_path(path) {
+            return Some(Self::for_method(method));
+        }
+        let service = path.strip_prefix('/')?.split_once('/')?.0;
+        [LOCK_SERVICE, QUEUE_SERVICE]
+            .contains(&service)
+            .then_some(Self::Admin)
     }
 }
 
@@ -92,8 +107,6 @@ pub struct Permissions(u8);
 impl Permissions {
     /// None at all.
     pub const NONE: Self = Self(0);
-    /// Every permission (the caller when auth is off).
-    pub const ALL: Self = Self(0b1111);
 
     /// This set and `permission`.
     pub fn with(self, permission: Permission) -> Self {
@@ -141,7 +154,7 @@ impl Policy {
 }
 
 /// What the auth check learned about a call: put in the request's extensions by
-/// [`guard::Authorized`] and read by `rpc`.
+/// the gRPC layer's `Authorized` and read by its RPC path.
 #[derive(Clone, Debug)]
 pub struct Caller {
     /// The key space every store call of this request is scoped to.
@@ -391,6 +404,7 @@ mod tests {
                 "/turnstile.v1.QueueService/Redrive",
                 Some(Permission::Admin),
             ),
+            ("/turnstile.v1.QueueService/Newer", Some(Permission::Admin)),
             ("/grpc.health.v1.Health/Check", None),
             (
                 "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",

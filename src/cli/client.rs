@@ -79,7 +79,7 @@ impl From<Status> for Failure {
         Failure {
             message: format!(
                 "{}: {}",
-                turnstile::error::code_name(status.code()),
+                turnstile::method::code_name(status.code() as i32),
                 status.message()
             ),
             code: 1,

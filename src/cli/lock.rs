@@ -127,7 +127,7 @@ pub async fn run(args: LockArgs) -> Outcome {
                     }
                 }
                 Some(Err(status)) => {
-                    held = Held::Lost(format!("{}: {}", turnstile::error::code_name(status.code()), status.message()));
+                    held = Held::Lost(format!("{}: {}", turnstile::method::code_name(status.code() as i32), status.message()));
                     run::signal_child(&child, libc::SIGTERM);
                 }
                 None => {

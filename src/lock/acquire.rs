@@ -13,10 +13,9 @@ use super::{
     LockStore,
 };
 use crate::{
-    deadline::within,
     error::{Error, Result},
     shutdown::Unclaimed,
-    time::{sleep_until_some, until_ms},
+    time::{sleep_until_some, until_ms, within},
     token::new_token,
 };
 

@@ -4,7 +4,7 @@
 //! connection retires (`--max-connection-age`) keeps the lease until its TTL, so that
 //! the client can re-attach by token on any replica. A lease that cannot be kept ends
 //! the stream with `Lost`. Domain events only: heartbeats are added by `rpc::stream`,
-//! and `api.rs` converts.
+//! and its adapter (`grpc/lock.rs`) converts.
 //!
 //! Each stream renews and releases at its lease's attach generation (see
 //! `prelude.lua`): a re-attach moves the lease to the next one, so the stream it

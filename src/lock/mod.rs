@@ -6,10 +6,9 @@
 //! it wins is a [`Won`] until the caller has it, and a `Won` dropped unclaimed (the
 //! caller left, its deadline passed mid-script) gives the lock back.
 //!
-//! No proto type reaches this module: `api.rs` converts.
+//! No proto type reaches this module: its adapter, `grpc/lock.rs`, converts.
 
 mod acquire;
-pub mod api;
 pub mod hold;
 mod model;
 mod owner_index;
@@ -20,14 +19,11 @@ pub mod waiters;
 use std::{sync::Arc, time::Duration};
 
 use crate::{
-    auth::Tenant,
     limits::Limits,
-    redis::{
-        events::EventSink,
-        keys::{Event, Keys},
-        Redis,
-    },
+    metrics::{Family, Kind, Metrics},
+    redis::{events::EventSink, keys::Event, Redis},
     shutdown::Shutdown,
+    tenant::Tenant,
 };
 pub use model::{
     AcquireOutcome, AcquireSpec, Attempt, Description, Holder, Lease, Renewal, Stop, Won,
@@ -77,7 +73,6 @@ impl LockStore {
         &self.scripts
     }
 
-    /// The pub/sub channel this store listens on, and where its messages go.
     /// This store, for `tenant`'s locks only: every key it builds is in that
     /// tenant's key space. Cheap (a few reference counts).
     pub fn tenant(&self, tenant: &Tenant) -> Self {
@@ -96,11 +91,6 @@ impl LockStore {
         (self.redis.keys.events_pattern(Event::LockReleased), sink)
     }
 
-    /// The key layout this store builds keys with.
-    pub fn keys(&self) -> &Keys {
-        &self.redis.keys
-    }
-
     /// The server's shutdown handle (streams watch it).
     pub fn shutdown(&self) -> &Shutdown {
         &self.shutdown
@@ -109,6 +99,17 @@ impl LockStore {
     /// The configured limits (streams hold a permit).
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    /// Reports the calls waiting on held locks.
+    pub fn register_metrics(&self, metrics: &Metrics) {
+        let limits = self.limits.clone();
+        metrics.register(Family::single(
+            "turnstile_lock_waiters",
+            Kind::Gauge,
+            "Acquire and Hold calls waiting on a held lock.",
+            move || limits.waiting() as u64,
+        ));
     }
 }
 

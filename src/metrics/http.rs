@@ -9,14 +9,11 @@ use tokio::{
     net::TcpListener,
 };
 
-use std::sync::Arc;
-
-use super::{Metrics, Sources};
+use super::Metrics;
 use crate::shutdown::Shutdown;
 
-/// Serves scrapes of `metrics` (and `sources`) on `listener` until shutdown.
-pub fn spawn(listener: TcpListener, metrics: Metrics, sources: Sources, shutdown: &Shutdown) {
-    let sources = Arc::new(sources);
+/// Serves scrapes of `metrics` on `listener` until shutdown.
+pub fn spawn(listener: TcpListener, metrics: Metrics, shutdown: &Shutdown) {
     let task_shutdown = shutdown.clone();
     shutdown.spawn(async move {
         loop {
@@ -30,11 +27,11 @@ pub fn spawn(listener: TcpListener, metrics: Metrics, sources: Sources, shutdown
                 },
                 () = task_shutdown.cancelled() => return,
             };
-            let (metrics, sources) = (metrics.clone(), sources.clone());
+            let metrics = metrics.clone();
             tokio::spawn(async move {
                 let mut request = [0u8; 1024];
                 let read = socket.read(&mut request).await.unwrap_or(0);
-                let body = metrics.render(&sources).await;
+                let body = metrics.render().await;
                 let response = respond(&request[..read], &body);
                 let _ = socket.write_all(response.as_bytes()).await;
             });

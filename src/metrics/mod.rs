@@ -1,24 +1,29 @@
 //! The Prometheus families of the contract's "Metrics" section, kept by this replica
-//! and served at `/metrics` on `--metrics-listen` (see [`http`]).
+//! and served at `/metrics` on `--metrics-listen` (see [`http`]). A leaf: it imports
+//! only the foundations, and the layers above register what they measure.
 //!
-//! - Per RPC (`rpc.rs` records, the auth guard records its refusals): requests by
-//!   method and status code, and unary durations. Fixed arrays of atomics indexed by
-//!   method: no lock on the request path.
-//! - Streams open by kind, lock waiters, connections: gauges of this replica.
-//! - Per queue: deliveries and redeliveries this replica made, and at scrape time
-//!   the queue's depths and its dead letters, read from Redis (so those two are the
-//!   queue's own numbers, the same from every replica: aggregate them with `max`, not
-//!   `sum`). Only queues some RPC named in the last [`QUEUE_WINDOW`] are reported, at
-//!   most [`MAX_QUEUES`] of them, so label cardinality stays bounded whatever names
-//!   clients send. With auth on, a `tenant` label joins the queue families. No metric
-//!   carries a token.
+//! - Kept here: requests by method and status code and unary durations (recorded by
+//!   the gRPC layer's RPC path; fixed arrays of atomics indexed by [`Method`], no lock
+//!   on the request path), open streams by kind, Subscribe lateness, whether Redis is
+//!   up, and per queue the deliveries and redeliveries this replica made.
+//! - Registered by the layers that own them ([`Metrics::register`]): gauges and
+//!   counters read at scrape time (lock waiters, connections, Redis errors).
+//! - Per queue, read from Redis at scrape time through the [`DepthSource`] the queue
+//!   layer registers: the queue's depths and its dead letters (the queue's own
+//!   numbers, the same from every replica: aggregate them with `max`, not `sum`).
+//!   Only queues some RPC named in the last [`QUEUE_WINDOW`] are reported, at most
+//!   [`MAX_QUEUES`] of them, so label cardinality stays bounded whatever names clients
+//!   send. With auth on, a `tenant` label joins the queue families. No metric carries
+//!   a token.
 
 pub mod histogram;
 mod http;
 
 use std::{
     collections::HashMap,
-    fmt::Write,
+    fmt::{Display, Write},
+    future::Future,
+    pin::Pin,
     sync::{
         atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering},
         Arc, Mutex, PoisonError,
@@ -28,29 +33,11 @@ use std::{
 
 use histogram::Histogram;
 pub use http::spawn;
-use tonic::Code;
 
-use crate::{auth::Tenant, redis::ErrorKind as RedisErrorKind};
-
-/// The RPCs, in the order of the per-method arrays.
-pub const METHODS: [&str; 16] = [
-    "Acquire",
-    "Release",
-    "Extend",
-    "Describe",
-    "ReleaseAll",
-    "Hold",
-    "Enqueue",
-    "Lease",
-    "Ack",
-    "Nack",
-    "ExtendLease",
-    "Peek",
-    "Cancel",
-    "Redrive",
-    "Stats",
-    "Subscribe",
-];
+use crate::{
+    method::{code_name, Method, CODE_NAMES},
+    tenant::Tenant,
+};
 
 /// A queue is reported while some RPC named it this recently.
 pub const QUEUE_WINDOW: Duration = Duration::from_secs(600);
@@ -59,13 +46,89 @@ pub const QUEUE_WINDOW: Duration = Duration::from_secs(600);
 pub const MAX_QUEUES: usize = 1000;
 
 /// gRPC status codes, by their number.
-const CODES: usize = 17;
+const CODES: usize = CODE_NAMES.len();
 
 /// A server stream's kind, for `turnstile_streams_open{kind}`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StreamKind {
     Hold,
     Subscribe,
+}
+
+/// A Prometheus metric type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+}
+
+impl Kind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+        }
+    }
+}
+
+/// Reads a registered family's samples at scrape time: `(labels, value)` pairs, the
+/// labels as the text format spells them inside the braces (`kind="timeout"`), empty
+/// for none.
+pub type Samples = Box<dyn Fn() -> Vec<(String, u64)> + Send + Sync>;
+
+/// A family a layer above keeps itself and registers here, read at each scrape.
+pub struct Family {
+    /// `turnstile_…`.
+    pub name: &'static str,
+    pub kind: Kind,
+    /// The `# HELP` text.
+    pub help: &'static str,
+    pub samples: Samples,
+}
+
+impl Family {
+    /// A family of one unlabelled sample.
+    pub fn single(
+        name: &'static str,
+        kind: Kind,
+        help: &'static str,
+        read: impl Fn() -> u64 + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            name,
+            kind,
+            help,
+            samples: Box::new(move || vec![(String::new(), read())]),
+        }
+    }
+}
+
+impl std::fmt::Debug for Family {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Family").field("name", &self.name).finish()
+    }
+}
+
+/// A queue's depths as Redis holds them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueDepths {
+    pub ready: u64,
+    pub delayed: u64,
+    pub in_flight: u64,
+    pub dead: u64,
+    /// Tasks that ever went DEAD (a counter kept in Redis).
+    pub dead_letters: u64,
+}
+
+/// Where a scrape reads queue depths: implemented by the queue layer, which
+/// registers it with [`Metrics::register_depths`].
+pub trait DepthSource: Send + Sync {
+    /// The depths of `queue` of `tenant` now, or why they could not be read.
+    fn depths<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        queue: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Result<QueueDepths, String>> + Send + 'a>>;
 }
 
 /// One queue of one tenant.
@@ -165,16 +228,27 @@ impl Queues {
 #[derive(Clone, Debug)]
 pub struct Metrics(Arc<Inner>);
 
-#[derive(Debug)]
 struct Inner {
     /// Auth is on: queue families carry a `tenant` label.
     tenant_label: bool,
-    requests: [[AtomicU64; CODES]; METHODS.len()],
-    durations: [Histogram; METHODS.len()],
+    requests: [[AtomicU64; CODES]; Method::ALL.len()],
+    durations: [Histogram; Method::ALL.len()],
     streams: [AtomicI64; 2],
     lateness: Histogram,
     redis_up: AtomicBool,
     queues: Mutex<Queues>,
+    /// Families the layers above keep, in the order they registered.
+    registered: Mutex<Vec<Family>>,
+    /// The queue layer's depths, once registered.
+    depths: Mutex<Option<Arc<dyn DepthSource>>>,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics")
+            .field("tenant_label", &self.tenant_label)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Metrics {
@@ -188,26 +262,30 @@ impl Metrics {
             lateness: Histogram::default(),
             redis_up: AtomicBool::new(false),
             queues: Mutex::default(),
+            registered: Mutex::default(),
+            depths: Mutex::default(),
         }))
     }
 
-    fn method(method: &str) -> Option<usize> {
-        METHODS.iter().position(|m| *m == method)
+    /// Adds a family read at every scrape, after the families kept here.
+    pub fn register(&self, family: Family) {
+        lock(&self.0.registered).push(family);
     }
 
-    /// One RPC ended with `code` (a stream: when it ended).
-    pub fn request(&self, method: &str, code: Code) {
-        if let Some(at) = Self::method(method) {
-            let code = (code as usize).min(CODES - 1);
-            self.0.requests[at][code].fetch_add(1, Ordering::Relaxed);
-        }
+    /// Where scrapes read the depths of the queues named recently.
+    pub fn register_depths(&self, source: Arc<dyn DepthSource>) {
+        *lock(&self.0.depths) = Some(source);
     }
 
-    /// A unary RPC took `elapsed`.
-    pub fn duration(&self, method: &str, elapsed: Duration) {
-        if let Some(at) = Self::method(method) {
-            self.0.durations[at].observe(elapsed.as_secs_f64());
-        }
+    /// One call of `method` ended with status `code` (a stream: when it ended).
+    pub fn request(&self, method: Method, code: i32) {
+        let code = usize::try_from(code).unwrap_or(2).min(CODES - 1);
+        self.0.requests[method.index()][code].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A unary call of `method` took `elapsed`.
+    pub fn duration(&self, method: Method, elapsed: Duration) {
+        self.0.durations[method.index()].observe(elapsed.as_secs_f64());
     }
 
     /// A stream of `kind` opened; it counts as open until the guard is dropped.
@@ -252,13 +330,12 @@ impl Metrics {
     }
 
     fn with_queue(&self, tenant: &Tenant, queue: &str, change: impl FnOnce(&mut QueueEntry)) {
-        let mut queues = self.0.queues.lock().unwrap_or_else(PoisonError::into_inner);
-        queues.touch(tenant, queue, Instant::now(), change);
+        lock(&self.0.queues).touch(tenant, queue, Instant::now(), change);
     }
 
     /// The queues named within the window, with their delivery counts; older ones go.
     fn recent_queues(&self) -> Vec<(QueueLabel, u64, u64)> {
-        let mut queues = self.0.queues.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut queues = lock(&self.0.queues);
         queues.forget_old(Instant::now());
         let mut recent: Vec<_> = queues
             .by_tenant
@@ -293,6 +370,10 @@ impl Metrics {
     }
 }
 
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// Keeps a stream counted as open; dropped when the stream ends.
 #[derive(Debug)]
 pub struct StreamGuard {
@@ -307,19 +388,28 @@ impl Drop for StreamGuard {
 }
 
 /// A label value as the text format wants it: `\`, `"` and newlines escaped.
-fn escape(value: &str) -> String {
+pub fn escape(value: &str) -> String {
     value
         .replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
 }
 
-/// What a scrape reads besides [`Metrics`]: gauges owned elsewhere and queue depths.
-pub struct Sources {
-    pub limits: crate::limits::Limits,
-    pub connections: crate::connections::ConnectionLimit,
-    pub queues: crate::queue::QueueStore,
-    pub redis_errors: crate::redis::ErrorCounts,
+/// Writes one family: its `# HELP` and `# TYPE` lines, then a line per sample. Every
+/// family of the scrape but the histograms is written here.
+fn write_family<V: Display>(
+    out: &mut String,
+    (name, kind, help): (&str, Kind, &str),
+    samples: impl IntoIterator<Item = (String, V)>,
+) {
+    header(out, name, kind.as_str(), help);
+    for (labels, value) in samples {
+        if labels.is_empty() {
+            let _ = writeln!(out, "{name} {value}");
+        } else {
+            let _ = writeln!(out, "{name}{{{labels}}} {value}");
+        }
+    }
 }
 
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {
@@ -327,84 +417,58 @@ fn header(out: &mut String, name: &str, kind: &str, help: &str) {
 }
 
 impl Metrics {
-    /// The whole scrape: this replica's families, then the queue depths read from
-    /// Redis now (a queue whose read fails is left out of `turnstile_queue_tasks`).
-    pub async fn render(&self, sources: &Sources) -> String {
+    /// The whole scrape: this replica's families, the registered ones, then the
+    /// queue depths read from Redis now (a queue whose read fails is left out of
+    /// `turnstile_queue_tasks`).
+    pub async fn render(&self) -> String {
         let mut out = String::with_capacity(16 * 1024);
         let m = &self.0;
-        header(
+        write_family(
             &mut out,
-            "turnstile_rpc_requests_total",
-            "counter",
-            "RPCs ended, by method and status code (streams when they end).",
+            (
+                "turnstile_rpc_requests_total",
+                Kind::Counter,
+                "RPCs ended, by method and status code (streams when they end).",
+            ),
+            Method::ALL.into_iter().flat_map(|method| {
+                (0..CODES).filter_map(move |code| {
+                    let count = m.requests[method.index()][code].load(Ordering::Relaxed);
+                    (count > 0).then(|| {
+                        let name = code_name(code as i32);
+                        (format!("method=\"{method}\",code=\"{name}\""), count)
+                    })
+                })
+            }),
         );
-        for (at, method) in METHODS.iter().enumerate() {
-            for code in 0..CODES {
-                let count = m.requests[at][code].load(Ordering::Relaxed);
-                if count > 0 {
-                    let name = crate::error::code_name(Code::from_i32(code as i32));
-                    let _ = writeln!(out, "turnstile_rpc_requests_total{{method=\"{method}\",code=\"{name}\"}} {count}");
-                }
-            }
-        }
         header(
             &mut out,
             "turnstile_rpc_duration_seconds",
             "histogram",
             "Unary RPC durations, by method.",
         );
-        for (at, method) in METHODS.iter().enumerate() {
-            if METHODS[at] != "Hold" && METHODS[at] != "Subscribe" {
-                m.durations[at].render(
-                    &mut out,
-                    "turnstile_rpc_duration_seconds",
-                    &format!("method=\"{method}\""),
-                );
-            }
-        }
-        header(
-            &mut out,
-            "turnstile_streams_open",
-            "gauge",
-            "Open server streams, by kind.",
-        );
-        for (kind, at) in [
-            ("hold", StreamKind::Hold),
-            ("subscribe", StreamKind::Subscribe),
-        ] {
-            let _ = writeln!(
-                out,
-                "turnstile_streams_open{{kind=\"{kind}\"}} {}",
-                m.streams[at as usize].load(Ordering::Relaxed)
+        for method in Method::ALL.into_iter().filter(|m| !m.is_stream()) {
+            m.durations[method.index()].render(
+                &mut out,
+                "turnstile_rpc_duration_seconds",
+                &format!("method=\"{method}\""),
             );
         }
-        header(
+        write_family(
             &mut out,
-            "turnstile_lock_waiters",
-            "gauge",
-            "Acquire and Hold calls waiting on a held lock.",
+            (
+                "turnstile_streams_open",
+                Kind::Gauge,
+                "Open server streams, by kind.",
+            ),
+            [
+                ("hold", StreamKind::Hold),
+                ("subscribe", StreamKind::Subscribe),
+            ]
+            .map(|(kind, at)| {
+                let open = m.streams[at as usize].load(Ordering::Relaxed);
+                (format!("kind=\"{kind}\""), open)
+            }),
         );
-        let _ = writeln!(out, "turnstile_lock_waiters {}", sources.limits.waiting());
-        // The names before the contract's families, kept for existing dashboards:
-        // --max-streams and --max-waiters count these.
-        header(
-            &mut out,
-            "turnstile_open_streams",
-            "gauge",
-            "Open Hold and Subscribe streams (--max-streams counts them).",
-        );
-        let _ = writeln!(
-            out,
-            "turnstile_open_streams {}",
-            sources.limits.open_streams()
-        );
-        header(
-            &mut out,
-            "turnstile_waiting_calls",
-            "gauge",
-            "The same as turnstile_lock_waiters (--max-waiters counts them).",
-        );
-        let _ = writeln!(out, "turnstile_waiting_calls {}", sources.limits.waiting());
         header(
             &mut out,
             "turnstile_delivery_lateness_seconds",
@@ -413,129 +477,86 @@ impl Metrics {
         );
         m.lateness
             .render(&mut out, "turnstile_delivery_lateness_seconds", "");
-        header(
+        write_family(
             &mut out,
-            "turnstile_redis_errors_total",
-            "counter",
-            "Failed Redis commands, by kind.",
+            (
+                "turnstile_redis_up",
+                Kind::Gauge,
+                "1 while the readiness probe finds Redis answering.",
+            ),
+            [(String::new(), u8::from(m.redis_up.load(Ordering::Relaxed)))],
         );
-        for kind in RedisErrorKind::ALL {
-            let _ = writeln!(
-                out,
-                "turnstile_redis_errors_total{{kind=\"{}\"}} {}",
-                kind.as_str(),
-                sources.redis_errors.get(kind)
+        for family in lock(&m.registered).iter() {
+            write_family(
+                &mut out,
+                (family.name, family.kind, family.help),
+                (family.samples)(),
             );
         }
-        header(
-            &mut out,
-            "turnstile_redis_up",
-            "gauge",
-            "1 while the readiness probe finds Redis answering.",
-        );
-        let _ = writeln!(
-            out,
-            "turnstile_redis_up {}",
-            u8::from(m.redis_up.load(Ordering::Relaxed))
-        );
-        header(
-            &mut out,
-            "turnstile_open_connections",
-            "gauge",
-            "Open client connections.",
-        );
-        let _ = writeln!(
-            out,
-            "turnstile_open_connections {}",
-            sources.connections.open()
-        );
-        header(
-            &mut out,
-            "turnstile_refused_connections_total",
-            "counter",
-            "Connections closed at once past --max-connections.",
-        );
-        let _ = writeln!(
-            out,
-            "turnstile_refused_connections_total {}",
-            sources.connections.refused()
-        );
 
         let recent = self.recent_queues();
-        header(
+        write_family(
             &mut out,
-            "turnstile_deliveries_total",
-            "counter",
-            "Tasks this replica delivered (Lease and Subscribe), by queue.",
+            (
+                "turnstile_deliveries_total",
+                Kind::Counter,
+                "Tasks this replica delivered (Lease and Subscribe), by queue.",
+            ),
+            recent
+                .iter()
+                .map(|(label, deliveries, _)| (self.queue_labels(label), *deliveries)),
         );
-        for (label, deliveries, _) in &recent {
-            let _ = writeln!(
-                out,
-                "turnstile_deliveries_total{{{}}} {deliveries}",
-                self.queue_labels(label)
-            );
-        }
-        header(
+        write_family(
             &mut out,
-            "turnstile_redeliveries_total",
-            "counter",
-            "Deliveries with attempt above 1, by queue.",
+            (
+                "turnstile_redeliveries_total",
+                Kind::Counter,
+                "Deliveries with attempt above 1, by queue.",
+            ),
+            recent
+                .iter()
+                .map(|(label, _, redeliveries)| (self.queue_labels(label), *redeliveries)),
         );
-        for (label, _, redeliveries) in &recent {
-            let _ = writeln!(
-                out,
-                "turnstile_redeliveries_total{{{}}} {redeliveries}",
-                self.queue_labels(label)
-            );
-        }
+        let source = lock(&m.depths).clone();
         let mut depths = Vec::with_capacity(recent.len());
-        for (label, _, _) in &recent {
-            match sources
-                .queues
-                .tenant(&label.tenant)
-                .stats(&label.queue)
-                .await
-            {
-                Ok(stats) => depths.push((label, stats)),
-                Err(err) => {
-                    tracing::debug!(queue = label.queue, cause = %err, "queue depths not scraped")
+        if let Some(source) = source {
+            for (label, _, _) in &recent {
+                match source.depths(&label.tenant, &label.queue).await {
+                    Ok(read) => depths.push((self.queue_labels(label), read)),
+                    Err(err) => {
+                        tracing::debug!(queue = label.queue, cause = %err, "queue depths not scraped")
+                    }
                 }
             }
         }
-        header(
+        write_family(
             &mut out,
-            "turnstile_queue_tasks",
-            "gauge",
-            "Tasks by queue and state (read from Redis: the same on every replica).",
+            (
+                "turnstile_queue_tasks",
+                Kind::Gauge,
+                "Tasks by queue and state (read from Redis: the same on every replica).",
+            ),
+            depths.iter().flat_map(|(labels, read)| {
+                [
+                    ("ready", read.ready),
+                    ("delayed", read.delayed),
+                    ("in_flight", read.in_flight),
+                    ("dead", read.dead),
+                ]
+                .map(|(state, count)| (format!("{labels},state=\"{state}\""), count))
+            }),
         );
-        for (label, stats) in &depths {
-            let labels = self.queue_labels(label);
-            for (state, count) in [
-                ("ready", stats.ready),
-                ("delayed", stats.delayed),
-                ("in_flight", stats.in_flight),
-                ("dead", stats.dead),
-            ] {
-                let _ = writeln!(
-                    out,
-                    "turnstile_queue_tasks{{{labels},state=\"{state}\"}} {count}"
-                );
-            }
-        }
-        header(
+        write_family(
             &mut out,
-            "turnstile_dead_letters_total",
-            "counter",
-            "Tasks that went DEAD, by queue (kept in Redis: the same on every replica).",
+            (
+                "turnstile_dead_letters_total",
+                Kind::Counter,
+                "Tasks that went DEAD, by queue (kept in Redis: the same on every replica).",
+            ),
+            depths
+                .iter()
+                .map(|(labels, read)| (labels.clone(), read.dead_letters)),
         );
-        for (label, stats) in &depths {
-            let _ = writeln!(
-                out,
-                "turnstile_dead_letters_total{{{}}} {}",
-                self.queue_labels(label),
-                stats.dead_letters
-            );
-        }
         out
     }
 }

@@ -8,12 +8,10 @@
 //! - `acks.rs`: Ack by group commit.
 //! - `watch.rs`: wake-ups of waiting `Lease` calls; `scheduler.rs`: the Subscribe
 //!   feeds; `subscribe.rs`: a Subscribe stream's settings.
-//! - `api.rs`: the gRPC adapter.
 //!
-//! No proto type reaches the store: `api.rs` converts.
+//! No proto type reaches the store: its adapter, `grpc/queue.rs`, converts.
 
 mod acks;
-pub mod api;
 mod long_poll;
 mod model;
 mod replies;
@@ -23,10 +21,10 @@ mod store;
 pub mod subscribe;
 pub mod watch;
 
-use std::{sync::Arc, time::Duration};
+use std::{future::Future, pin::Pin, sync::Arc, time::Duration};
 
 use crate::{
-    auth::Tenant,
+    metrics::{DepthSource, Metrics, QueueDepths},
     redis::{
         batch::GroupCommit,
         events::EventSink,
@@ -34,6 +32,7 @@ use crate::{
         Redis,
     },
     shutdown::Shutdown,
+    tenant::Tenant,
 };
 pub use model::{
     Dispatched, Enqueued, LeaseSpec, Leased, Nacked, NewTask, Schedule, Stats, StreamSlots, Task,
@@ -127,5 +126,33 @@ impl QueueStore {
     /// The keys of `queue` in this store's tenant.
     pub fn keys(&self, queue: &str) -> QueueKeys {
         self.redis.keys.queue(queue)
+    }
+
+    /// Lets scrapes read the depths of the queues RPCs named.
+    pub fn register_metrics(&self, metrics: &Metrics) {
+        metrics.register_depths(Arc::new(self.clone()));
+    }
+}
+
+impl DepthSource for QueueStore {
+    fn depths<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        queue: &'a str,
+    ) -> Pin<Box<dyn Future<Output = std::result::Result<QueueDepths, String>> + Send + 'a>> {
+        Box::pin(async move {
+            let stats = self
+                .tenant(tenant)
+                .stats(queue)
+                .await
+                .map_err(|err| err.to_string())?;
+            Ok(QueueDepths {
+                ready: stats.ready,
+                delayed: stats.delayed,
+                in_flight: stats.in_flight,
+                dead: stats.dead,
+                dead_letters: stats.dead_letters,
+            })
+        })
     }
 }

@@ -26,11 +26,11 @@ use super::{
     Dispatched, QueueStore, StreamSlots, Task,
 };
 use crate::{
-    auth::Tenant,
     error::{Error, Result},
     limits::Limits,
     redis::events::EventSink,
     shutdown::Shutdown,
+    tenant::Tenant,
     time::sleep_until_some,
     token::new_token,
 };

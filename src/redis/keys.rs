@@ -16,7 +16,7 @@
 
 use std::sync::Arc;
 
-use crate::auth::Tenant;
+use crate::tenant::Tenant;
 
 /// Builds every key and channel name of one tenant under one `--key-prefix`. Cheap to
 /// clone; [`Keys::tenant`] gives another tenant's builder.
@@ -84,7 +84,7 @@ impl Keys {
         Self {
             space: prefix.clone(),
             prefix,
-            tenant: encode_tenant(crate::auth::DEFAULT_TENANT).into(),
+            tenant: encode_tenant(crate::tenant::DEFAULT_TENANT).into(),
         }
     }
 
@@ -323,7 +323,7 @@ mod tests {
                 let end = rest.find(':')?;
                 (decode(&rest[..end])?, &rest[end..])
             }
-            None => (crate::auth::DEFAULT_TENANT.to_owned(), rest),
+            None => (crate::tenant::DEFAULT_TENANT.to_owned(), rest),
         };
         let name = decode(rest.strip_prefix(":lock:{")?.strip_suffix('}')?)?;
         Some((tenant, name))

@@ -15,111 +15,35 @@
 pub mod batch;
 pub mod cluster;
 pub mod embedded;
+pub mod errors;
 pub mod events;
 pub mod keys;
+mod pool;
 pub mod reply;
 pub mod script;
+mod url;
+mod version;
+mod wait;
 
 use std::{
     sync::{
-        atomic::{AtomicBool, AtomicUsize, Ordering},
-        Arc, Mutex, PoisonError,
+        atomic::{AtomicUsize, Ordering},
+        Arc, PoisonError,
     },
     time::Duration,
 };
 
 use bb8_redis::RedisConnectionManager;
-use redis::aio::MultiplexedConnection;
 
 use crate::error::{Error, Result};
+use errors::{breaks_socket, ErrorCounts, ErrorKind};
 pub use keys::Keys;
+pub use pool::SOCKETS;
+use pool::{socket_of, Conn, Manager, Socket, POOL_SIZE};
 pub use script::{Invocation, Script};
-
-/// Parses `url` (`redis://`, `rediss://`, `unix://`, with an ACL user and password
-/// if given) into what every connection is made from. For `rediss://`, `ca` (PEM) is
-/// the one CA to trust; `None` trusts the system's roots. Errors never quote the URL,
-/// which may hold a password.
-pub fn connection_info(url: &str, ca: Option<Vec<u8>>) -> Result<redis::ConnectionInfo> {
-    let invalid =
-        |err: redis::RedisError| Error::invalid("redis_url", format!("{}: {err}", redact(url)));
-    let info = match ca {
-        None => redis::IntoConnectionInfo::into_connection_info(url).map_err(invalid)?,
-        Some(root_cert) => {
-            let certificates = redis::TlsCertificates {
-                client_tls: None,
-                root_cert: Some(root_cert),
-            };
-            redis::Client::build_with_tls(url, certificates)
-                .map_err(invalid)?
-                .get_connection_info()
-                .clone()
-        }
-    };
-    Ok(info)
-}
-
-/// `url` with its password (if any) replaced by `***`, for messages and logs.
-pub fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) => {
-            let user = rest[..at].split(':').next().unwrap_or_default();
-            let password = if rest[..at].contains(':') { ":***" } else { "" };
-            format!("{scheme}://{user}{password}{}", &rest[at..])
-        }
-        None => url.to_owned(),
-    }
-}
-
-/// Sockets the commands are spread over (each carries many pipelined commands).
-pub const SOCKETS: usize = 4;
-/// bb8's limit: the working sockets plus room to replace broken ones while the old
-/// ones are still being handed back.
-const POOL_SIZE: u32 = 2 * SOCKETS as u32;
-
-/// One pooled connection and whether a failure showed it to be dead.
-#[derive(Clone)]
-pub struct Conn {
-    /// The multiplexed connection (clones share the socket).
-    mux: MultiplexedConnection,
-    /// Set when a command on it failed with a connection error; the pool then drops it.
-    broken: Arc<AtomicBool>,
-}
-
-/// bb8-redis' manager, plus the broken-flag check that lets the pool drop a dead
-/// socket: a multiplexed connection does not reconnect, so after a Redis restart every
-/// pooled socket would fail forever without it.
-struct Manager {
-    inner: RedisConnectionManager,
-    /// The `--redis-timeout`, as the connections' own response timeout.
-    timeout: Duration,
-}
-
-impl bb8::ManageConnection for Manager {
-    type Connection = Conn;
-    type Error = redis::RedisError;
-
-    async fn connect(&self) -> Result<Conn, redis::RedisError> {
-        let mut mux = self.inner.connect().await?;
-        // redis-rs defaults to a 500 ms response timeout; ours is --redis-timeout.
-        mux.set_response_timeout(self.timeout);
-        Ok(Conn {
-            mux,
-            broken: Arc::new(AtomicBool::new(false)),
-        })
-    }
-
-    async fn is_valid(&self, conn: &mut Conn) -> Result<(), redis::RedisError> {
-        self.inner.is_valid(&mut conn.mux).await
-    }
-
-    fn has_broken(&self, conn: &mut Conn) -> bool {
-        conn.broken.load(Ordering::Relaxed)
-    }
-}
+pub use url::{connection_info, redact};
+pub use version::{check_version, MIN_REDIS_VERSION};
+use wait::Wait;
 
 /// The server's way to Redis. Clone it freely.
 #[derive(Clone)]
@@ -129,157 +53,10 @@ pub struct Redis {
     timeout: Duration,
     /// The key layout.
     pub keys: Keys,
-    /// Where Redis is (address, TLS, ACL user), for the dedicated pub/sub connection.
-    info: redis::ConnectionInfo,
     /// Failed commands by kind, for `turnstile_redis_errors_total`.
     pub errors: ErrorCounts,
     /// `--redis-wait-replicas`, when on.
     wait: Option<Wait>,
-}
-
-/// `--redis-wait-replicas`: how many replicas must confirm a write before its call
-/// answers. Redis replicates asynchronously, so a primary that fails right after a
-/// write may take it with it; `WAIT` after the write, on the same connection (it
-/// counts that connection's writes), makes a confirmed write survive the failover of
-/// its primary to a replica that confirmed it.
-#[derive(Clone, Copy, Debug)]
-pub struct Wait {
-    replicas: u32,
-    /// How long `WAIT` may block: half the Redis timeout, so its answer (too few)
-    /// arrives before the connection gives up on it.
-    timeout: Duration,
-}
-
-impl Wait {
-    fn command(&self) -> redis::Cmd {
-        let mut cmd = redis::cmd("WAIT");
-        cmd.arg(self.replicas).arg(self.timeout.as_millis() as u64);
-        cmd
-    }
-
-    /// The number of replicas in a `WAIT` reply.
-    fn confirmed(reply: &redis::Value) -> Option<i64> {
-        match reply {
-            redis::Value::Int(n) => Some(*n),
-            _ => None,
-        }
-    }
-
-    /// UNAVAILABLE when fewer replicas confirmed than asked: the write happened on the
-    /// primary, but a failover could lose it, so the caller is not told it is stored
-    /// (every write can be retried: ids, request ids and receipts make retries safe).
-    fn check(&self, confirmed: i64) -> Result<()> {
-        if confirmed >= i64::from(self.replicas) {
-            return Ok(());
-        }
-        Err(Error::Unavailable(format!(
-            "the write was confirmed by {confirmed} of the {} replicas --redis-wait-replicas \
-             asks for within {:?}; a failover may lose it, retry",
-            self.replicas, self.timeout
-        )))
-    }
-}
-
-/// Runs `invocation` (and `wait` in the same pipeline, so both reach the same node on
-/// the same connection), loading the script once on NOSCRIPT. The script's reply and,
-/// with `wait`, how many replicas confirmed.
-async fn run_script(
-    conn: &mut Link,
-    invocation: &Invocation<'_>,
-    wait: Option<&Wait>,
-) -> redis::RedisResult<(redis::Value, Option<i64>)> {
-    let mut loaded = false;
-    loop {
-        let reply = match wait {
-            None => invocation
-                .command()
-                .query_async(conn)
-                .await
-                .map(|value| (value, None)),
-            Some(wait) => {
-                let mut pipe = redis::pipe();
-                pipe.add_command(invocation.command())
-                    .add_command(wait.command());
-                pipe.query_async::<(redis::Value, redis::Value)>(conn)
-                    .await
-                    .map(|(value, confirmed)| (value, Wait::confirmed(&confirmed)))
-            }
-        };
-        match reply {
-            Err(err)
-                if !loaded
-                    && err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-            {
-                invocation
-                    .script
-                    .inner
-                    .prepare_invoke()
-                    .load_async(conn)
-                    .await?;
-                loaded = true;
-            }
-            reply => return reply,
-        }
-    }
-}
-
-/// How a Redis command failed, for the metrics.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ErrorKind {
-    /// No answer within `--redis-timeout` (or no connection from the pool in time).
-    Timeout,
-    /// Refused, dropped or broken connections.
-    Connection,
-    /// Redis answered that it cannot serve now (loading, busy script, failover, read-only).
-    Busy,
-    /// Anything else (a script error, an unexpected reply).
-    Other,
-}
-
-impl ErrorKind {
-    /// Every kind, in the metrics' order.
-    pub const ALL: [ErrorKind; 4] = [Self::Timeout, Self::Connection, Self::Busy, Self::Other];
-
-    /// The `kind` label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Timeout => "timeout",
-            Self::Connection => "connection",
-            Self::Busy => "busy",
-            Self::Other => "other",
-        }
-    }
-
-    fn of(err: &redis::RedisError) -> Self {
-        if err.is_timeout() {
-            Self::Timeout
-        } else if err.is_io_error()
-            || err.is_connection_dropped()
-            || err.is_connection_refusal()
-            || err.is_unrecoverable_error()
-        {
-            Self::Connection
-        } else if matches!(Error::from(err.clone()), Error::Unavailable(_)) {
-            Self::Busy
-        } else {
-            Self::Other
-        }
-    }
-}
-
-/// Failed commands by [`ErrorKind`], shared by every clone of a [`Redis`].
-#[derive(Clone, Debug, Default)]
-pub struct ErrorCounts(Arc<[AtomicUsize; 4]>);
-
-impl ErrorCounts {
-    fn add(&self, kind: ErrorKind) {
-        self.0[kind as usize].fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Failures of `kind` since start.
-    pub fn get(&self, kind: ErrorKind) -> usize {
-        self.0[kind as usize].load(Ordering::Relaxed)
-    }
 }
 
 /// One Redis, or a Redis Cluster (`--redis-cluster`).
@@ -333,12 +110,47 @@ impl redis::aio::ConnectionLike for Link {
     }
 }
 
-/// One of the sockets in use: empty until first used or after it broke.
-#[derive(Default)]
-struct Socket {
-    /// Kept checked out, so bb8 counts it as in use and hands it back (to be closed)
-    /// only when it is replaced.
-    pooled: Mutex<Option<bb8::PooledConnection<'static, Manager>>>,
+/// Runs `invocation` (and `wait` in the same pipeline, so both reach the same node on
+/// the same connection), loading the script once on NOSCRIPT. The script's reply and,
+/// with `wait`, how many replicas confirmed.
+async fn run_script(
+    conn: &mut Link,
+    invocation: &Invocation<'_>,
+    wait: Option<&Wait>,
+) -> redis::RedisResult<(redis::Value, Option<i64>)> {
+    let mut loaded = false;
+    loop {
+        let reply = match wait {
+            None => invocation
+                .command()
+                .query_async(conn)
+                .await
+                .map(|value| (value, None)),
+            Some(wait) => {
+                let mut pipe = redis::pipe();
+                pipe.add_command(invocation.command())
+                    .add_command(wait.command());
+                pipe.query_async::<(redis::Value, redis::Value)>(conn)
+                    .await
+                    .map(|(value, confirmed)| (value, Wait::confirmed(&confirmed)))
+            }
+        };
+        match reply {
+            Err(err)
+                if !loaded
+                    && err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+            {
+                invocation
+                    .script
+                    .inner
+                    .prepare_invoke()
+                    .load_async(conn)
+                    .await?;
+                loaded = true;
+            }
+            reply => return reply,
+        }
+    }
 }
 
 impl Redis {
@@ -350,7 +162,7 @@ impl Redis {
 
     /// [`Redis::new`] from a parsed [`connection_info`].
     pub fn with_info(info: redis::ConnectionInfo, timeout: Duration, keys: Keys) -> Result<Self> {
-        let inner = RedisConnectionManager::new(info.clone())
+        let inner = RedisConnectionManager::new(info)
             .map_err(|err| Error::invalid("redis_url", err.to_string()))?;
         let pool = bb8::Pool::builder()
             .max_size(POOL_SIZE)
@@ -366,7 +178,6 @@ impl Redis {
             },
             timeout,
             keys,
-            info,
             errors: ErrorCounts::default(),
             wait: None,
         })
@@ -381,17 +192,15 @@ impl Redis {
         timeout: Duration,
         keys: Keys,
     ) -> Result<Self> {
-        let info = seeds
-            .first()
-            .cloned()
-            .ok_or_else(|| Error::invalid("redis_url", "no seed node"))?;
+        if seeds.is_empty() {
+            return Err(Error::invalid("redis_url", "no seed node"));
+        }
         let link = cluster::ClusterLink::new(seeds, ca, timeout)
             .map_err(|err| Error::invalid("redis_url", err.to_string()))?;
         Ok(Self {
             backend: Backend::Cluster(Arc::new(link)),
             timeout,
             keys,
-            info,
             errors: ErrorCounts::default(),
             wait: None,
         })
@@ -407,15 +216,10 @@ impl Redis {
     }
 
     /// The same connections, building `tenant`'s keys.
-    pub fn tenant(&self, tenant: &crate::auth::Tenant) -> Self {
+    pub fn tenant(&self, tenant: &crate::tenant::Tenant) -> Self {
         let mut redis = self.clone();
         redis.keys = self.keys.tenant(tenant);
         redis
-    }
-
-    /// Where this handle connects to.
-    pub fn connection_info(&self) -> &redis::ConnectionInfo {
-        &self.info
     }
 
     /// A connection to run commands on, shared with other in-flight calls: for one
@@ -572,8 +376,7 @@ impl Redis {
         reply.map_err(|err| {
             self.errors.add(ErrorKind::of(&err));
             if let Link::Single(conn) = conn {
-                if err.is_io_error() || err.is_connection_dropped() || err.is_unrecoverable_error()
-                {
+                if breaks_socket(&err) {
                     conn.broken.store(true, Ordering::Relaxed);
                 }
             }
@@ -589,74 +392,5 @@ impl Redis {
     pub async fn ping(&self) -> Result<()> {
         let _: String = self.query(&redis::cmd("PING")).await?;
         Ok(())
-    }
-}
-
-/// The oldest Redis the scripts run on: `PEXPIREAT … NX/GT` (owner index), `ZADD GT`
-/// and `SET … KEEPTTL` need 7.0. On an older one every Acquire fails.
-pub const MIN_REDIS_VERSION: (u32, u32) = (7, 0);
-
-/// Checks the `redis_version` of an `INFO server` reply against
-/// [`MIN_REDIS_VERSION`]; the error says which version was found and what is needed.
-pub fn check_version(info: &str) -> Result<()> {
-    let version = info
-        .lines()
-        .find_map(|line| line.strip_prefix("redis_version:"))
-        .map(str::trim)
-        .ok_or_else(|| Error::Internal("INFO server has no redis_version".into()))?;
-    let mut parts = version.split('.').map(|part| part.parse::<u32>().ok());
-    let found = match (parts.next().flatten(), parts.next().flatten()) {
-        (Some(major), Some(minor)) => (major, minor),
-        _ => {
-            return Err(Error::Internal(format!(
-                "cannot read redis_version {version:?}"
-            )))
-        }
-    };
-    if found < MIN_REDIS_VERSION {
-        let (major, minor) = MIN_REDIS_VERSION;
-        return Err(Error::Internal(format!(
-            "redis {version} is too old: turnstile needs Redis {major}.{minor} or newer"
-        )));
-    }
-    Ok(())
-}
-
-/// The socket a key's calls use (FNV-1a: stable and cheap; any spread will do).
-fn socket_of(key: &str) -> usize {
-    let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |hash, byte| {
-        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
-    });
-    (hash % SOCKETS as u64) as usize
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{check_version, socket_of, SOCKETS};
-
-    #[test]
-    fn redis_7_or_newer_passes_and_older_is_refused_with_its_version() {
-        let info = |v: &str| format!("# Server\r\nredis_version:{v}\r\nredis_mode:standalone\r\n");
-        assert!(check_version(&info("7.0.15")).is_ok());
-        assert!(check_version(&info("7.2.4")).is_ok());
-        assert!(check_version(&info("8.0.0")).is_ok());
-        let old = check_version(&info("6.2.14")).unwrap_err().to_string();
-        assert!(old.contains("6.2.14") && old.contains("7.0"), "{old}");
-        assert!(check_version(&info("5.0.7")).is_err());
-        assert!(check_version("# Server\r\n").is_err());
-        assert!(check_version(&info("x.y")).is_err());
-    }
-
-    #[test]
-    fn a_key_always_uses_one_socket_and_keys_spread_over_all() {
-        assert_eq!(
-            socket_of("turnstile:lock:{a}"),
-            socket_of("turnstile:lock:{a}")
-        );
-        let mut used = [0usize; SOCKETS];
-        for n in 0..1000 {
-            used[socket_of(&format!("turnstile:lock:{{n{n}}}"))] += 1;
-        }
-        assert!(used.iter().all(|&count| count > 150), "{used:?}");
     }
 }

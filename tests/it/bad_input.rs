@@ -11,7 +11,7 @@ use common::{ms, TestRedis, TestResult, TestServer};
 use prost::Message;
 use tonic::{Code, Status};
 use turnstile::{
-    error::rich::{BadRequest, RpcStatus, BAD_REQUEST_TYPE},
+    grpc::status::rich::{BadRequest, RpcStatus, BAD_REQUEST_TYPE},
     pb::{
         task_spec::Schedule, AckRequest, AcquireRequest, CancelRequest, DescribeRequest,
         EnqueueRequest, ExtendLeaseRequest, ExtendRequest, HoldRequest, LeaseRequest, NackRequest,

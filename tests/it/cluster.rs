@@ -483,7 +483,7 @@ async fn wake_ups_survive_the_failure_of_the_node_the_subscription_is_on() -> Te
     assert!(held.acquired);
     let mut waiter = locks.clone();
     let waiting = tokio::spawn(async move { waiter.acquire(acquire(name, "bob", 20_000)).await });
-    server.wait_metric("turnstile_waiting_calls", 1.0).await;
+    server.wait_metric("turnstile_lock_waiters", 1.0).await;
     let released = std::time::Instant::now();
     locks
         .release(pb::ReleaseRequest {

@@ -205,7 +205,7 @@ async fn everything_recovers_when_redis_is_killed_and_restarted_under_load() -> 
     let alice = locks.acquire(acquire("alice", 0)).await?.into_inner();
     let mut bob = server.locks().await;
     let waiting = tokio::spawn(async move { bob.acquire(acquire("bob", 30_000)).await });
-    server.wait_metric("turnstile_waiting_calls", 1.0).await;
+    server.wait_metric("turnstile_lock_waiters", 1.0).await;
     let mut hold = locks
         .hold(HoldRequest {
             name: "kept".into(),

@@ -477,7 +477,7 @@ async fn release_all_frees_locks_won_by_waiting_and_never_ones_only_tried(
             .acquire(acquire("shared", "alice", 10_000, 5_000))
             .await
     });
-    server.wait_metric("turnstile_waiting_calls", 1.0).await;
+    server.wait_metric("turnstile_lock_waiters", 1.0).await;
     assert!(
         locks
             .release(release("shared", &carol.token))
@@ -520,7 +520,7 @@ async fn a_waiting_acquire_is_in_the_owner_index_before_it_can_win(redis: TestSt
     let started = turnstile::time::now_ms();
     let waiting =
         tokio::spawn(async move { waiter.acquire(acquire("idx", "bob", 10_000, 30_000)).await });
-    server.wait_metric("turnstile_waiting_calls", 1.0).await;
+    server.wait_metric("turnstile_lock_waiters", 1.0).await;
     // Written with its first try and covering any win within the wait plus the lease,
     // so a server killed between a win and an index write cannot hide the lock.
     let score: Option<i64> = redis
@@ -547,7 +547,7 @@ async fn a_waiter_is_woken_at_once_by_a_release(redis: TestStore) -> TestResult 
         let reply = waiter.acquire(acquire("wake", "bob", 10_000, 10_000)).await;
         (reply, Instant::now())
     });
-    server.wait_metric("turnstile_waiting_calls", 1.0).await;
+    server.wait_metric("turnstile_lock_waiters", 1.0).await;
     let released_at = Instant::now();
     assert!(
         locks
@@ -611,10 +611,10 @@ async fn a_release_wakes_one_waiter_not_every_waiter(redis: TestStore) -> TestRe
             }
         }));
     }
-    server.wait_metric("turnstile_waiting_calls", 20.0).await;
+    server.wait_metric("turnstile_lock_waiters", 20.0).await;
     let before = redis.command_calls("evalsha").await;
     locks.release(release("herd", &held.token)).await?;
-    server.wait_metric("turnstile_waiting_calls", 19.0).await;
+    server.wait_metric("turnstile_lock_waiters", 19.0).await;
     // A window for a herd to show itself: the one thing here that cannot be awaited,
     // since what is checked is that nothing more happens.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -643,7 +643,7 @@ async fn waiting_does_not_poll_redis(redis: TestStore) -> TestResult {
                 .await
         }));
     }
-    server.wait_metric("turnstile_waiting_calls", 10.0).await;
+    server.wait_metric("turnstile_lock_waiters", 10.0).await;
     let before = redis.total_commands().await;
     // The measured window (the waits run out at 2.5 s): nothing to await in it.
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -701,7 +701,7 @@ async fn a_caller_whose_deadline_passes_gets_deadline_exceeded_and_never_the_loc
         .unwrap_err();
     common::assert_server_deadline(&status, started);
     // Bob's wait is over on the server too, so nobody can win the lock after this.
-    server.wait_metric("turnstile_waiting_calls", 0.0).await;
+    server.wait_metric("turnstile_lock_waiters", 0.0).await;
     locks.release(release("dl", &held.token)).await?;
     assert!(!is_held(&mut locks, "dl").await?, "bob won after giving up");
     Ok(())
@@ -748,11 +748,11 @@ async fn a_caller_that_cancels_never_ends_up_holding_the_lock(redis: TestStore) 
             .acquire(acquire("cancel", "bob", 10_000, 30_000))
             .await
     });
-    server.wait_metric("turnstile_waiting_calls", 1.0).await;
+    server.wait_metric("turnstile_lock_waiters", 1.0).await;
     waiting.abort();
     let _ = waiting.await;
     // The cancelled call stops waiting on the server, so nobody can win after this.
-    server.wait_metric("turnstile_waiting_calls", 0.0).await;
+    server.wait_metric("turnstile_lock_waiters", 0.0).await;
     locks.release(release("cancel", &held.token)).await?;
     assert!(
         !is_held(&mut locks, "cancel").await?,
@@ -1220,7 +1220,9 @@ async fn a_replaced_hold_stream_can_neither_renew_nor_release_its_successors_lea
     ));
     // The old stream ends: its release must not free the lease it no longer owns.
     drop(first);
-    server.wait_metric("turnstile_open_streams", 1.0).await;
+    server
+        .wait_metric("turnstile_streams_open{kind=\"hold\"}", 1.0)
+        .await;
     let mut locks = server.locks().await;
     let seen = locks
         .describe(describe("moved", &acquired.token))
@@ -1317,7 +1319,7 @@ async fn waiting_calls_answer_unavailable_when_the_server_shuts_down(
     let mut waiter = server.locks().await;
     let acquiring =
         tokio::spawn(async move { waiter.acquire(acquire("busy", "bob", 10_000, 30_000)).await });
-    server.wait_metric("turnstile_waiting_calls", 1.0).await;
+    server.wait_metric("turnstile_lock_waiters", 1.0).await;
     // A long-poll Lease on an empty queue: waiting once its first look (one script) ran.
     let looks = redis.command_calls("evalsha").await;
     let mut queues = server.queues().await;
@@ -1427,7 +1429,7 @@ async fn too_many_waiters_or_streams_is_resource_exhausted(redis: TestStore) -> 
     let mut first = locks.clone();
     let waiting =
         tokio::spawn(async move { first.acquire(acquire("full", "bob", 1_000, 1_000)).await });
-    server.wait_metric("turnstile_waiting_calls", 1.0).await;
+    server.wait_metric("turnstile_lock_waiters", 1.0).await;
     let status = locks
         .acquire(acquire("full", "carol", 1_000, 1_000))
         .await
@@ -1508,7 +1510,7 @@ async fn a_waiter_still_wakes_after_redis_restarts() -> TestResult {
             .acquire(acquire("restart", "bob", 10_000, 30_000))
             .await
     });
-    server.wait_metric("turnstile_waiting_calls", 1.0).await;
+    server.wait_metric("turnstile_lock_waiters", 1.0).await;
     redis.restart().await; // the lease is gone with the data; pub/sub reconnects
     let reply = tokio::time::timeout(Duration::from_secs(5), waiting)
         .await???

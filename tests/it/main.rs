@@ -14,6 +14,7 @@ mod cluster;
 mod faults;
 mod guides;
 mod interop;
+mod layers;
 mod lock;
 mod model;
 mod process;

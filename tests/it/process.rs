@@ -82,7 +82,10 @@ async fn serve_starts_embedded_redis_logs_ready_and_drains_on_sigterm() -> TestR
     let mut body = String::new();
     scrape.read_to_string(&mut body)?;
     assert!(body.starts_with("HTTP/1.1 200"), "{body}");
-    assert!(body.contains("turnstile_open_streams 1"), "{body}");
+    assert!(
+        body.contains("turnstile_streams_open{kind=\"hold\"} 1"),
+        "{body}"
+    );
 
     sigterm(&child);
     let status = loop {

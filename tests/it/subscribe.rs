@@ -347,7 +347,7 @@ async fn a_worker_that_re_subscribes_in_time_keeps_its_deliveries_and_receipts(
     // Within the grace they stay leased: nobody else gets them. (The feed's detach is
     // the next script after the stream ends.)
     first_server
-        .wait_metric("turnstile_open_streams", 0.0)
+        .wait_metric("turnstile_streams_open{kind=\"subscribe\"}", 0.0)
         .await;
     redis.wait_command_calls_above("evalsha", scripts).await;
     assert_eq!(stats(&mut queues, "q").await?, (1, 0, 2, 0));

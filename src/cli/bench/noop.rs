@@ -39,7 +39,7 @@ pub async fn serve(args: NoopArgs) -> Result<(), String> {
     tracing::info!(%addr, "ready");
     Server::builder()
         .add_service(LockServiceServer::new(NoopLocks::default()))
-        .serve_with_incoming(turnstile::server::incoming(listener))
+        .serve_with_incoming(turnstile::grpc::connections::incoming(listener))
         .await
         .map_err(|err| format!("server failed: {err}"))
 }

@@ -8,15 +8,18 @@ use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status};
 
 use super::{
-    scheduler::Scheduler, subscribe::SubscribeSpec, LeaseSpec, Nacked, NewTask, QueueStore,
-    Schedule, Task, TaskState, DEFAULT_MAX_ATTEMPTS, DEFAULT_VISIBILITY, MAX_BATCH, MAX_DURATION,
-    MAX_PAYLOAD_BYTES, MAX_TASKS,
+    pb::{self, queue_service_server::QueueService},
+    rpc::{self, record, record_count, Bound, ResponseStream},
 };
 use crate::{
     error::{Error, Result},
     limits::MAX_WAIT,
-    pb::{self, queue_service_server::QueueService},
-    rpc::{self, record, record_count, Bound, ResponseStream},
+    method::Method,
+    queue::{
+        scheduler::Scheduler, subscribe::SubscribeSpec, LeaseSpec, Nacked, NewTask, QueueStore,
+        Schedule, Task, TaskState, DEFAULT_MAX_ATTEMPTS, DEFAULT_VISIBILITY, MAX_BATCH,
+        MAX_DURATION, MAX_PAYLOAD_BYTES, MAX_TASKS,
+    },
     time::{now_ms, timestamp_from_ms},
     token::new_token,
     validate::{self, DurationRule},
@@ -165,38 +168,43 @@ impl QueueService for QueueApi {
         &self,
         request: Request<pb::EnqueueRequest>,
     ) -> Result<Response<pb::EnqueueResponse>, Status> {
-        rpc::unary("Enqueue", Bound::Race, request, |call, r| async move {
-            let queue = queue_name(&call, &r.queue)?;
-            if r.tasks.is_empty() || r.tasks.len() > MAX_BATCH {
-                return Err(Error::invalid(
-                    "tasks",
-                    format!("must hold 1–{MAX_BATCH} tasks, got {}", r.tasks.len()),
-                ));
-            }
-            record_count(r.tasks.len());
-            let tasks = r
-                .tasks
-                .into_iter()
-                .enumerate()
-                .map(|(at, spec)| new_task(at, spec))
-                .collect::<Result<Vec<_>>>()?;
-            let results = self
-                .store
-                .tenant(&call.tenant)
-                .enqueue(queue, &tasks)
-                .await?;
-            Ok(pb::EnqueueResponse {
-                results: results
+        rpc::unary(
+            Method::Enqueue,
+            Bound::Race,
+            request,
+            |call, r| async move {
+                let queue = queue_name(&call, &r.queue)?;
+                if r.tasks.is_empty() || r.tasks.len() > MAX_BATCH {
+                    return Err(Error::invalid(
+                        "tasks",
+                        format!("must hold 1–{MAX_BATCH} tasks, got {}", r.tasks.len()),
+                    ));
+                }
+                record_count(r.tasks.len());
+                let tasks = r
+                    .tasks
                     .into_iter()
-                    .map(|r| pb::EnqueueResult {
-                        id: r.id,
-                        created: r.created,
-                        replaced: r.replaced,
-                        due_at: (r.due_at_ms > 0).then(|| timestamp_from_ms(r.due_at_ms)),
-                    })
-                    .collect(),
-            })
-        })
+                    .enumerate()
+                    .map(|(at, spec)| new_task(at, spec))
+                    .collect::<Result<Vec<_>>>()?;
+                let results = self
+                    .store
+                    .tenant(&call.tenant)
+                    .enqueue(queue, &tasks)
+                    .await?;
+                Ok(pb::EnqueueResponse {
+                    results: results
+                        .into_iter()
+                        .map(|r| pb::EnqueueResult {
+                            id: r.id,
+                            created: r.created,
+                            replaced: r.replaced,
+                            due_at: (r.due_at_ms > 0).then(|| timestamp_from_ms(r.due_at_ms)),
+                        })
+                        .collect(),
+                })
+            },
+        )
         .await
     }
 
@@ -204,7 +212,7 @@ impl QueueService for QueueApi {
         &self,
         request: Request<pb::LeaseRequest>,
     ) -> Result<Response<pb::LeaseResponse>, Status> {
-        rpc::unary("Lease", Bound::Own, request, |call, r| async move {
+        rpc::unary(Method::Lease, Bound::Own, request, |call, r| async move {
             let queue = queue_name(&call, &r.queue)?;
             let spec = LeaseSpec {
                 max_tasks: validate::count("max_tasks", r.max_tasks, 1, MAX_TASKS)?,
@@ -231,7 +239,7 @@ impl QueueService for QueueApi {
         &self,
         request: Request<pb::AckRequest>,
     ) -> Result<Response<pb::AckResponse>, Status> {
-        rpc::unary("Ack", Bound::Race, request, |call, r| async move {
+        rpc::unary(Method::Ack, Bound::Race, request, |call, r| async move {
             let queue = queue_name(&call, &r.queue)?;
             if r.receipts.len() > MAX_BATCH {
                 return Err(Error::invalid(
@@ -257,7 +265,7 @@ impl QueueService for QueueApi {
         &self,
         request: Request<pb::NackRequest>,
     ) -> Result<Response<pb::NackResponse>, Status> {
-        rpc::unary("Nack", Bound::Race, request, |call, r| async move {
+        rpc::unary(Method::Nack, Bound::Race, request, |call, r| async move {
             let queue = queue_name(&call, &r.queue)?;
             let receipt = validate::token("receipt", &r.receipt)?;
             let delay = validate::duration("delay", r.delay.as_ref(), DELAY)?;
@@ -278,20 +286,26 @@ impl QueueService for QueueApi {
         &self,
         request: Request<pb::ExtendLeaseRequest>,
     ) -> Result<Response<pb::ExtendLeaseResponse>, Status> {
-        rpc::unary("ExtendLease", Bound::Race, request, |call, r| async move {
-            let queue = queue_name(&call, &r.queue)?;
-            let receipt = validate::token("receipt", &r.receipt)?;
-            let visibility = validate::duration("visibility", r.visibility.as_ref(), VISIBILITY)?;
-            let until = self
-                .store
-                .tenant(&call.tenant)
-                .extend_lease(queue, receipt, visibility)
-                .await?;
-            Ok(pb::ExtendLeaseResponse {
-                extended: until.is_some(),
-                lease_expires_at: until.map(timestamp_from_ms),
-            })
-        })
+        rpc::unary(
+            Method::ExtendLease,
+            Bound::Race,
+            request,
+            |call, r| async move {
+                let queue = queue_name(&call, &r.queue)?;
+                let receipt = validate::token("receipt", &r.receipt)?;
+                let visibility =
+                    validate::duration("visibility", r.visibility.as_ref(), VISIBILITY)?;
+                let until = self
+                    .store
+                    .tenant(&call.tenant)
+                    .extend_lease(queue, receipt, visibility)
+                    .await?;
+                Ok(pb::ExtendLeaseResponse {
+                    extended: until.is_some(),
+                    lease_expires_at: until.map(timestamp_from_ms),
+                })
+            },
+        )
         .await
     }
 
@@ -299,7 +313,7 @@ impl QueueService for QueueApi {
         &self,
         request: Request<pb::PeekRequest>,
     ) -> Result<Response<pb::PeekResponse>, Status> {
-        rpc::unary("Peek", Bound::Race, request, |call, r| async move {
+        rpc::unary(Method::Peek, Bound::Race, request, |call, r| async move {
             let queue = queue_name(&call, &r.queue)?;
             let state = match pb::TaskState::try_from(r.state) {
                 Ok(pb::TaskState::Unspecified | pb::TaskState::Ready) => TaskState::Ready,
@@ -331,7 +345,7 @@ impl QueueService for QueueApi {
         &self,
         request: Request<pb::CancelRequest>,
     ) -> Result<Response<pb::CancelResponse>, Status> {
-        rpc::unary("Cancel", Bound::Race, request, |call, r| async move {
+        rpc::unary(Method::Cancel, Bound::Race, request, |call, r| async move {
             let queue = queue_name(&call, &r.queue)?;
             if r.ids.is_empty() || r.ids.len() > MAX_BATCH {
                 return Err(Error::invalid(
@@ -355,19 +369,24 @@ impl QueueService for QueueApi {
         &self,
         request: Request<pb::RedriveRequest>,
     ) -> Result<Response<pb::RedriveResponse>, Status> {
-        rpc::unary("Redrive", Bound::Race, request, |call, r| async move {
-            let queue = queue_name(&call, &r.queue)?;
-            if r.ids.len() > MAX_BATCH {
-                return Err(Error::invalid("ids", format!("at most {MAX_BATCH} ids")));
-            }
-            task_ids(&r.ids)?;
-            let redriven = self
-                .store
-                .tenant(&call.tenant)
-                .redrive(queue, &r.ids)
-                .await?;
-            Ok(pb::RedriveResponse { redriven })
-        })
+        rpc::unary(
+            Method::Redrive,
+            Bound::Race,
+            request,
+            |call, r| async move {
+                let queue = queue_name(&call, &r.queue)?;
+                if r.ids.len() > MAX_BATCH {
+                    return Err(Error::invalid("ids", format!("at most {MAX_BATCH} ids")));
+                }
+                task_ids(&r.ids)?;
+                let redriven = self
+                    .store
+                    .tenant(&call.tenant)
+                    .redrive(queue, &r.ids)
+                    .await?;
+                Ok(pb::RedriveResponse { redriven })
+            },
+        )
         .await
     }
 
@@ -375,7 +394,7 @@ impl QueueService for QueueApi {
         &self,
         request: Request<pb::StatsRequest>,
     ) -> Result<Response<pb::StatsResponse>, Status> {
-        rpc::unary("Stats", Bound::Race, request, |call, r| async move {
+        rpc::unary(Method::Stats, Bound::Race, request, |call, r| async move {
             let queue = queue_name(&call, &r.queue)?;
             let stats = self.store.tenant(&call.tenant).stats(queue).await?;
             Ok(pb::StatsResponse {
@@ -396,7 +415,7 @@ impl QueueService for QueueApi {
         &self,
         request: Request<pb::SubscribeRequest>,
     ) -> Result<Response<Self::SubscribeStream>, Status> {
-        rpc::stream("Subscribe", self.heartbeat, request, |call, r| {
+        rpc::stream(Method::Subscribe, self.heartbeat, request, |call, r| {
             let queue = queue_name(&call, &r.queue)?;
             let worker_id = validate::optional_id("worker_id", &r.worker_id)?;
             let spec = SubscribeSpec {

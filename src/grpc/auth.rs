@@ -15,27 +15,26 @@ use tonic::{
     Status,
 };
 
-use super::{Auth, Caller};
-use crate::{error::Error, metrics::Metrics};
+use super::rpc::Refusal;
+use crate::{
+    auth::{Auth, Caller},
+    error::Error,
+    method::Method,
+};
 
-/// A service whose calls must pass [`Auth::check`]; the [`Caller`] (and the
-/// [`Metrics`], for `rpc.rs`) go in the request's extensions, a refusal is answered
-/// here as a gRPC status and counted.
+/// A service whose calls must pass [`Auth::check`]; the [`Caller`] goes in the
+/// request's extensions, a refusal is answered here as a gRPC status (marked with a
+/// [`Refusal`], which the RPC path's metering counts).
 #[derive(Clone, Debug)]
 pub struct Authorized<S> {
     inner: S,
     auth: Auth,
-    metrics: Metrics,
 }
 
 impl<S> Authorized<S> {
-    /// `inner`, guarded by `auth`, its calls counted in `metrics`.
-    pub fn new(inner: S, auth: Auth, metrics: Metrics) -> Self {
-        Self {
-            inner,
-            auth,
-            metrics,
-        }
+    /// `inner`, guarded by `auth`.
+    pub fn new(inner: S, auth: Auth) -> Self {
+        Self { inner, auth }
     }
 }
 
@@ -61,16 +60,18 @@ where
         match self.auth.check(request.uri().path(), authorization) {
             Some(Ok(caller)) => {
                 request.extensions_mut().insert(caller);
-                request.extensions_mut().insert(self.metrics.clone());
                 Box::pin(self.inner.call(request))
             }
             Some(Err(err)) => {
                 let path = request.uri().path();
                 tracing::debug!(method = path, cause = %err, "call refused");
                 let status: Status = err.into();
-                let method = path.rsplit('/').next().unwrap_or_default();
-                self.metrics.request(method, status.code());
-                Box::pin(std::future::ready(Ok(status.into_http())))
+                let code = status.code();
+                let mut response = status.into_http();
+                if let Some(method) = Method::from_path(path) {
+                    response.extensions_mut().insert(Refusal { method, code });
+                }
+                Box::pin(std::future::ready(Ok(response)))
             }
             // Not one of our methods: tonic answers UNIMPLEMENTED.
             None => Box::pin(self.inner.call(request)),

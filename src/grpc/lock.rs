@@ -8,12 +8,15 @@ use tokio_stream::{wrappers::ReceiverStream, StreamExt};
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
-use super::{hold, AcquireOutcome, AcquireSpec, Holder, LockStore, DEFAULT_TTL, MAX_TTL, MIN_TTL};
+use super::{
+    pb::{self, lock_service_server::LockService},
+    rpc::{self, record, Bound, ResponseStream},
+};
 use crate::{
     error::{Error, Result},
     limits::MAX_WAIT,
-    pb::{self, lock_service_server::LockService},
-    rpc::{self, record, Bound, ResponseStream},
+    lock::{hold, AcquireOutcome, AcquireSpec, Holder, LockStore, DEFAULT_TTL, MAX_TTL, MIN_TTL},
+    method::Method,
     time::{now_ms, timestamp_from_ms},
     validate::{self, DurationRule},
 };
@@ -83,7 +86,7 @@ impl LockService for LockApi {
         &self,
         request: Request<pb::AcquireRequest>,
     ) -> Result<Response<pb::AcquireResponse>, Status> {
-        rpc::unary("Acquire", Bound::Own, request, |call, r| async move {
+        rpc::unary(Method::Acquire, Bound::Own, request, |call, r| async move {
             let spec = acquire_spec(
                 &r.name,
                 &r.owner,
@@ -119,12 +122,17 @@ impl LockService for LockApi {
         &self,
         request: Request<pb::ReleaseRequest>,
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
-        rpc::unary("Release", Bound::Race, request, |call, r| async move {
-            let name = lock_name(&r.name)?;
-            let token = validate::token("token", &r.token)?;
-            let released = self.store.tenant(&call.tenant).release(name, token).await?;
-            Ok(pb::ReleaseResponse { released })
-        })
+        rpc::unary(
+            Method::Release,
+            Bound::Race,
+            request,
+            |call, r| async move {
+                let name = lock_name(&r.name)?;
+                let token = validate::token("token", &r.token)?;
+                let released = self.store.tenant(&call.tenant).release(name, token).await?;
+                Ok(pb::ReleaseResponse { released })
+            },
+        )
         .await
     }
 
@@ -132,7 +140,7 @@ impl LockService for LockApi {
         &self,
         request: Request<pb::ExtendRequest>,
     ) -> Result<Response<pb::ExtendResponse>, Status> {
-        rpc::unary("Extend", Bound::Race, request, |call, r| async move {
+        rpc::unary(Method::Extend, Bound::Race, request, |call, r| async move {
             let name = lock_name(&r.name)?;
             let token = validate::token("token", &r.token)?;
             let ttl = validate::duration("ttl", r.ttl.as_ref(), TTL)?;
@@ -153,20 +161,25 @@ impl LockService for LockApi {
         &self,
         request: Request<pb::DescribeRequest>,
     ) -> Result<Response<pb::DescribeResponse>, Status> {
-        rpc::unary("Describe", Bound::Race, request, |call, r| async move {
-            let name = lock_name(&r.name)?;
-            let token = validate::optional_token("token", &r.token)?;
-            let seen = self
-                .store
-                .tenant(&call.tenant)
-                .describe(name, token)
-                .await?;
-            Ok(pb::DescribeResponse {
-                held: seen.holder.is_some(),
-                info: seen.holder.map(lock_info),
-                held_by_token: seen.held_by_token,
-            })
-        })
+        rpc::unary(
+            Method::Describe,
+            Bound::Race,
+            request,
+            |call, r| async move {
+                let name = lock_name(&r.name)?;
+                let token = validate::optional_token("token", &r.token)?;
+                let seen = self
+                    .store
+                    .tenant(&call.tenant)
+                    .describe(name, token)
+                    .await?;
+                Ok(pb::DescribeResponse {
+                    held: seen.holder.is_some(),
+                    info: seen.holder.map(lock_info),
+                    held_by_token: seen.held_by_token,
+                })
+            },
+        )
         .await
     }
 
@@ -174,12 +187,17 @@ impl LockService for LockApi {
         &self,
         request: Request<pb::ReleaseAllRequest>,
     ) -> Result<Response<pb::ReleaseAllResponse>, Status> {
-        rpc::unary("ReleaseAll", Bound::Race, request, |call, r| async move {
-            let owner = validate::owner("owner", &r.owner)?;
-            record("owner", owner);
-            let released = self.store.tenant(&call.tenant).release_all(owner).await?;
-            Ok(pb::ReleaseAllResponse { released })
-        })
+        rpc::unary(
+            Method::ReleaseAll,
+            Bound::Race,
+            request,
+            |call, r| async move {
+                let owner = validate::owner("owner", &r.owner)?;
+                record("owner", owner);
+                let released = self.store.tenant(&call.tenant).release_all(owner).await?;
+                Ok(pb::ReleaseAllResponse { released })
+            },
+        )
         .await
     }
 
@@ -189,7 +207,7 @@ impl LockService for LockApi {
         &self,
         request: Request<pb::HoldRequest>,
     ) -> Result<Response<Self::HoldStream>, Status> {
-        rpc::stream("Hold", self.heartbeat, request, |call, r| {
+        rpc::stream(Method::Hold, self.heartbeat, request, |call, r| {
             let spec = hold::HoldSpec {
                 acquire: acquire_spec(&r.name, &r.owner, r.ttl.as_ref(), r.wait.as_ref(), "")?,
                 token: Some(validate::optional_token("token", &r.token)?)

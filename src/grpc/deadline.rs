@@ -1,17 +1,15 @@
-//! The caller's deadline, read from the `grpc-timeout` header, and the race of a call
-//! against it.
+//! The caller's deadline, read from the `grpc-timeout` header (the race of a call
+//! against it is `time::within`).
 //!
 //! tonic answers an expired `grpc-timeout` with CANCELLED by dropping the handler, which
 //! would leave a lock won in the last millisecond with nobody to release it. Waiting
 //! calls therefore stop a little before the deadline, give back what they won, and
 //! answer DEADLINE_EXCEEDED themselves.
 
-use std::{future::Future, time::Duration};
+use std::time::Duration;
 
 use tokio::time::Instant;
 use tonic::metadata::MetadataMap;
-
-use crate::error::{Error, Result};
 
 /// How long before the caller's deadline a waiting call stops: 10% of the time it has,
 /// at least 5 ms and at most 50 ms, so that the answer still reaches the caller.
@@ -24,24 +22,6 @@ pub fn from_metadata(metadata: &MetadataMap) -> Option<Instant> {
     let header = metadata.get("grpc-timeout")?.to_str().ok()?;
     let total = parse_grpc_timeout(header)?;
     Some(Instant::now() + total.saturating_sub(margin(total)))
-}
-
-/// Races a call that does not wait (Redis round trips only) against the caller's
-/// deadline, so a slow Redis answers UNAVAILABLE before the caller gives up instead of a
-/// bare CANCELLED. Dropping `call` at the deadline must be safe: whatever it may have
-/// won is given back by its own guard.
-pub async fn within<T>(
-    deadline: Option<Instant>,
-    call: impl Future<Output = Result<T>>,
-) -> Result<T> {
-    match deadline {
-        Some(at) => tokio::time::timeout_at(at, call).await.unwrap_or_else(|_| {
-            Err(Error::Unavailable(
-                "redis did not answer before the deadline".into(),
-            ))
-        }),
-        None => call.await,
-    }
 }
 
 /// `grpc-timeout` is at most 8 digits and a unit: H, M, S, m (ms), u (µs), n (ns).

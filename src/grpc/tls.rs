@@ -7,28 +7,33 @@ use std::path::Path;
 
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 
-use crate::config::Config;
+/// The PEM files of the server's TLS (`--tls-cert`, `--tls-key`, `--tls-client-ca`).
+#[derive(Clone, Copy, Debug)]
+pub struct ServerPem<'a> {
+    /// The certificate chain; without it (or the key) the server is plaintext.
+    pub cert: Option<&'a Path>,
+    /// The certificate's private key.
+    pub key: Option<&'a Path>,
+    /// The CA client certificates must be signed by (mTLS), if any.
+    pub client_ca: Option<&'a Path>,
+}
 
-/// The server's TLS, or `None` for plaintext (no --tls-cert).
-pub fn server_config(config: &Config) -> Result<Option<ServerTlsConfig>, String> {
-    let (Some(cert), Some(key)) = (&config.tls_cert, &config.tls_key) else {
+/// The server's TLS, or `None` for plaintext (no certificate and key).
+pub fn server_config(pem: ServerPem<'_>) -> Result<Option<ServerTlsConfig>, String> {
+    let (Some(cert), Some(key)) = (pem.cert, pem.key) else {
         return Ok(None);
     };
     let identity = Identity::from_pem(read("--tls-cert", cert)?, read("--tls-key", key)?);
     let mut tls = ServerTlsConfig::new().identity(identity);
-    if let Some(ca) = &config.tls_client_ca {
+    if let Some(ca) = pem.client_ca {
         tls = tls.client_ca_root(Certificate::from_pem(read("--tls-client-ca", ca)?));
     }
     Ok(Some(tls))
 }
 
-/// The CA to trust for `rediss://`, or `None` for the system's roots.
-pub fn redis_ca(config: &Config) -> Result<Option<Vec<u8>>, String> {
-    config
-        .redis_ca
-        .as_deref()
-        .map(|path| read("--redis-ca", path))
-        .transpose()
+/// The CA to trust for `rediss://` (`--redis-ca`), or `None` for the system's roots.
+pub fn redis_ca(path: Option<&Path>) -> Result<Option<Vec<u8>>, String> {
+    path.map(|path| read("--redis-ca", path)).transpose()
 }
 
 fn read(flag: &str, path: &Path) -> Result<Vec<u8>, String> {

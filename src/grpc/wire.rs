@@ -23,9 +23,6 @@ use tonic::{
     Status,
 };
 
-/// The default of `--max-message-size`: gRPC's usual receive limit, 4 MiB.
-pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
-
 /// prost's codec with [`RequestDecoder`] (build.rs names it as the services' codec).
 /// The generated clients (the benchmark's, the tests') share it; for them a reply
 /// that does not decode would read INVALID_ARGUMENT, which our server never sends.
@@ -102,7 +99,7 @@ fn undecodable(text: &str) -> Status {
     } else {
         format!("could not be decoded: {why}")
     };
-    crate::error::invalid_argument(&field, &reason)
+    super::status::invalid_argument(&field, &reason)
 }
 
 fn is_identifier(text: &str) -> bool {

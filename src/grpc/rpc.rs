@@ -3,23 +3,28 @@
 //! its error logged once and converted once, and for streams the heartbeat. A concern
 //! that every RPC shares (auth, metrics, tracing) is added here and nowhere else.
 //!
-//! The handlers in `lock/api.rs` and `queue/api.rs` are closures given to [`unary`] or
+//! The handlers in `grpc/lock.rs` and `grpc/queue.rs` are closures given to [`unary`] or
 //! [`stream`]; they never see a `Status` or a deadline race.
 
 use std::{future::Future, pin::Pin, time::Duration};
 
 use tokio::time::Instant;
 use tokio_stream::{Stream, StreamExt};
-use tonic::{Request, Response, Status};
+use tonic::{codegen::http, Request, Response, Status};
 use tracing::{field::Empty, Instrument};
 
-use crate::{
-    auth::{guard::Revocable, Caller, Tenant},
+use super::{
+    auth::Revocable,
     connections, deadline,
-    error::{Error, Result},
     heartbeat::{Beat, Heartbeats},
-    metrics::{Metrics, StreamGuard, StreamKind},
     traceparent,
+};
+use crate::{
+    auth::Caller,
+    error::{Error, Result},
+    method::Method,
+    metrics::{Metrics, StreamGuard, StreamKind},
+    tenant::Tenant,
 };
 
 /// What a handler knows about its call besides the request message.
@@ -32,7 +37,7 @@ pub struct Call {
     /// When the call's connection ages out (`--max-connection-age` + grace): a stream
     /// ends then with UNAVAILABLE, as if the server shut down.
     pub retires_at: Option<Instant>,
-    /// This replica's metrics (the auth guard put them in the request).
+    /// This replica's metrics ([`Metered`] put them in the request).
     pub metrics: Metrics,
 }
 
@@ -49,7 +54,7 @@ impl Call {
             .extensions()
             .get::<Metrics>()
             .cloned()
-            .ok_or_else(|| Error::Internal("the call did not pass the auth guard".into()))?;
+            .ok_or_else(|| Error::Internal("the call was not metered".into()))?;
         let call = Call {
             metrics,
             deadline: deadline::from_metadata(request.metadata()),
@@ -81,10 +86,10 @@ pub trait Heartbeat {
 }
 
 /// The RPC's span; a caller's W3C `traceparent` joins it as `trace_id`/`parent_id`.
-fn span(method: &'static str, metadata: &tonic::metadata::MetadataMap) -> tracing::Span {
+fn span(method: Method, metadata: &tonic::metadata::MetadataMap) -> tracing::Span {
     let span = tracing::debug_span!(
         "rpc",
-        method,
+        method = method.as_str(),
         lock = Empty,
         queue = Empty,
         owner = Empty,
@@ -101,7 +106,7 @@ fn span(method: &'static str, metadata: &tonic::metadata::MetadataMap) -> tracin
 
 /// Serves one unary RPC: `handle` validates, calls the store and converts.
 pub async fn unary<Req, Resp, Fut>(
-    method: &'static str,
+    method: Method,
     bound: Bound,
     request: Request<Req>,
     handle: impl FnOnce(Call, Req) -> Fut,
@@ -118,7 +123,7 @@ where
                 let (deadline, retires_at) = (call.deadline, call.retires_at);
                 let work = handle(call, request.into_inner());
                 let result = match bound {
-                    Bound::Race => deadline::within(deadline, work).await,
+                    Bound::Race => crate::time::within(deadline, work).await,
                     // A waiting call on a connection that ages out ends with it, as a
                     // stream does (dropped: what it won is given back).
                     Bound::Own => match retires_at {
@@ -138,7 +143,7 @@ where
             let code = result
                 .as_ref()
                 .map_or_else(Status::code, |_| tonic::Code::Ok);
-            metrics.request(method, code);
+            metrics.request(method, code as i32);
             metrics.duration(method, started.elapsed());
         }
         result
@@ -151,7 +156,7 @@ where
 /// messages; this adds a heartbeat after every `heartbeat` of silence, and logs and
 /// converts the error that ends the stream, like a unary one.
 pub fn stream<Req, Resp, S>(
-    method: &'static str,
+    method: Method,
     heartbeat: Duration,
     request: Request<Req>,
     handle: impl FnOnce(Call, Req) -> Result<S>,
@@ -199,16 +204,16 @@ where
 /// was cancelled by its client, and is counted as OK.
 struct Counted {
     metrics: Metrics,
-    method: &'static str,
+    method: Method,
     code: tonic::Code,
     _open: Option<StreamGuard>,
 }
 
 impl Counted {
-    fn new(metrics: &Metrics, method: &'static str) -> Self {
+    fn new(metrics: &Metrics, method: Method) -> Self {
         let kind = match method {
-            "Hold" => Some(StreamKind::Hold),
-            "Subscribe" => Some(StreamKind::Subscribe),
+            Method::Hold => Some(StreamKind::Hold),
+            Method::Subscribe => Some(StreamKind::Subscribe),
             _ => None,
         };
         Self {
@@ -226,7 +231,7 @@ impl Counted {
 
 impl Drop for Counted {
     fn drop(&mut self) {
-        self.metrics.request(self.method, self.code);
+        self.metrics.request(self.method, self.code as i32);
     }
 }
 
@@ -251,4 +256,62 @@ pub fn record(field: &'static str, value: &str) {
 /// Records how many items (tasks, receipts) the call carries on the RPC's span.
 pub fn record_count(count: usize) {
     tracing::Span::current().record("count", count);
+}
+
+/// Meters every call of the service it wraps: puts this replica's [`Metrics`] in the
+/// request, where [`unary`] and [`stream`] record the call, and counts the calls the
+/// auth layer refused before any handler ran (it marks its answer with a [`Refusal`]).
+#[derive(Clone, Debug)]
+pub struct Metered<S> {
+    inner: S,
+    metrics: Metrics,
+}
+
+impl<S> Metered<S> {
+    /// `inner`, its calls counted in `metrics`.
+    pub fn new(inner: S, metrics: Metrics) -> Self {
+        Self { inner, metrics }
+    }
+}
+
+/// Marks a response the auth layer answered itself: `method`, refused with `code`.
+#[derive(Clone, Copy, Debug)]
+pub struct Refusal {
+    pub method: Method,
+    pub code: tonic::Code,
+}
+
+impl<S, B> tonic::codegen::Service<http::Request<B>> for Metered<S>
+where
+    S: tonic::codegen::Service<http::Request<B>, Response = http::Response<tonic::body::Body>>,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
+        request.extensions_mut().insert(self.metrics.clone());
+        let metrics = self.metrics.clone();
+        let answer = self.inner.call(request);
+        Box::pin(async move {
+            let response = answer.await?;
+            if let Some(refusal) = response.extensions().get::<Refusal>() {
+                metrics.request(refusal.method, refusal.code as i32);
+            }
+            Ok(response)
+        })
+    }
+}
+
+impl<S: tonic::server::NamedService> tonic::server::NamedService for Metered<S> {
+    const NAME: &'static str = S::NAME;
 }

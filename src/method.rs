@@ -1,0 +1,167 @@
+//! The names of the RPCs and of gRPC's status codes, as one type the router, the
+//! permissions and the metrics share: a method is a [`Method`], never a string that a
+//! typo could turn into a silently dropped metric or a wrong permission.
+
+/// One RPC of the contract.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Method {
+    // LockService
+    Acquire,
+    Release,
+    Extend,
+    Describe,
+    ReleaseAll,
+    Hold,
+    // QueueService
+    Enqueue,
+    Lease,
+    Ack,
+    Nack,
+    ExtendLease,
+    Peek,
+    Cancel,
+    Redrive,
+    Stats,
+    Subscribe,
+}
+
+/// The gRPC services the methods belong to.
+pub const LOCK_SERVICE: &str = "turnstile.v1.LockService";
+/// See [`LOCK_SERVICE`].
+pub const QUEUE_SERVICE: &str = "turnstile.v1.QueueService";
+
+impl Method {
+    /// Every method, in the order of [`Method::index`].
+    pub const ALL: [Method; 16] = [
+        Method::Acquire,
+        Method::Release,
+        Method::Extend,
+        Method::Describe,
+        Method::ReleaseAll,
+        Method::Hold,
+        Method::Enqueue,
+        Method::Lease,
+        Method::Ack,
+        Method::Nack,
+        Method::ExtendLease,
+        Method::Peek,
+        Method::Cancel,
+        Method::Redrive,
+        Method::Stats,
+        Method::Subscribe,
+    ];
+
+    /// Its position in [`Method::ALL`], for tables indexed by method.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The name as the `.proto` spells it (`ExtendLease`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Acquire => "Acquire",
+            Method::Release => "Release",
+            Method::Extend => "Extend",
+            Method::Describe => "Describe",
+            Method::ReleaseAll => "ReleaseAll",
+            Method::Hold => "Hold",
+            Method::Enqueue => "Enqueue",
+            Method::Lease => "Lease",
+            Method::Ack => "Ack",
+            Method::Nack => "Nack",
+            Method::ExtendLease => "ExtendLease",
+            Method::Peek => "Peek",
+            Method::Cancel => "Cancel",
+            Method::Redrive => "Redrive",
+            Method::Stats => "Stats",
+            Method::Subscribe => "Subscribe",
+        }
+    }
+
+    /// The service it belongs to ([`LOCK_SERVICE`] or [`QUEUE_SERVICE`]).
+    pub fn service(self) -> &'static str {
+        if self.index() <= Method::Hold.index() {
+            LOCK_SERVICE
+        } else {
+            QUEUE_SERVICE
+        }
+    }
+
+    /// Whether it answers with a server stream (its calls are counted when they end,
+    /// and have no duration).
+    pub fn is_stream(self) -> bool {
+        matches!(self, Method::Hold | Method::Subscribe)
+    }
+
+    /// The method an HTTP/2 path (`/turnstile.v1.LockService/Acquire`) calls, if it is
+    /// one of ours.
+    pub fn from_path(path: &str) -> Option<Method> {
+        let (service, name) = path.strip_prefix('/')?.split_once('/')?;
+        Method::ALL
+            .into_iter()
+            .find(|method| method.service() == service && method.as_str() == name)
+    }
+}
+
+impl std::fmt::Display for Method {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// gRPC's status codes by number, spelled as gRPC spells them (`UNAVAILABLE`), as
+/// grpcurl and the other languages' clients print them.
+pub const CODE_NAMES: [&str; 17] = [
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
+];
+
+/// The name of status code `code` (`UNKNOWN` for a number gRPC does not define).
+pub fn code_name(code: i32) -> &'static str {
+    usize::try_from(code)
+        .ok()
+        .and_then(|at| CODE_NAMES.get(at))
+        .copied()
+        .unwrap_or("UNKNOWN")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_method_round_trips_through_its_path_and_index() {
+        for (at, method) in Method::ALL.into_iter().enumerate() {
+            assert_eq!(method.index(), at);
+            let path = format!("/{}/{}", method.service(), method.as_str());
+            assert_eq!(Method::from_path(&path), Some(method), "{path}");
+        }
+        assert_eq!(Method::from_path("/turnstile.v1.LockService/Enqueue"), None);
+        assert_eq!(Method::from_path("/turnstile.v1.QueueService/Nope"), None);
+        assert_eq!(Method::from_path("/grpc.health.v1.Health/Check"), None);
+    }
+
+    #[test]
+    fn code_names_are_grpcs() {
+        assert_eq!(code_name(0), "OK");
+        assert_eq!(code_name(14), "UNAVAILABLE");
+        assert_eq!(code_name(16), "UNAUTHENTICATED");
+        assert_eq!(code_name(17), "UNKNOWN");
+        assert_eq!(code_name(-1), "UNKNOWN");
+    }
+}
