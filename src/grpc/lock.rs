@@ -4,19 +4,19 @@
 
 use std::time::Duration;
 
-use tokio_stream::{wrappers::ReceiverStream, StreamExt};
+use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status};
-use tracing::Instrument;
 
 use super::{
     pb::{self, lock_service_server::LockService},
     rpc::{self, record, Bound, ResponseStream},
 };
 use crate::{
-    error::{Error, Result},
+    error::Result,
     limits::MAX_WAIT,
     lock::{hold, AcquireOutcome, AcquireSpec, Holder, LockStore, DEFAULT_TTL, MAX_TTL, MIN_TTL},
     method::Method,
+    redis::TenantScoped,
     time::{now_ms, timestamp_from_ms},
     validate::{self, DurationRule},
 };
@@ -216,20 +216,8 @@ impl LockService for LockApi {
                 deadline: call.deadline,
                 retires_at: call.retires_at,
             };
-            if self.store.shutdown().is_triggered() {
-                return Err(Error::ShuttingDown);
-            }
-            let permit = self.store.limits().open_stream()?;
-            let (tx, rx) = tokio::sync::mpsc::channel(4);
-            let store = self.store.tenant(&call.tenant);
-            self.store.shutdown().spawn(
-                async move {
-                    let _permit = permit;
-                    hold::run(store, spec, tx).await;
-                }
-                .in_current_span(),
-            );
-            Ok(ReceiverStream::new(rx).map(|event| event.map(hold_response)))
+            let events = self.store.tenant(&call.tenant).hold(spec)?;
+            Ok(events.map(|event| event.map(hold_response)))
         })
     }
 }

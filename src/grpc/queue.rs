@@ -20,6 +20,7 @@ use crate::{
         Schedule, Task, TaskState, DEFAULT_MAX_ATTEMPTS, DEFAULT_VISIBILITY, MAX_BATCH,
         MAX_DURATION, MAX_PAYLOAD_BYTES, MAX_TASKS,
     },
+    redis::TenantScoped,
     time::{now_ms, timestamp_from_ms},
     token::new_token,
     validate::{self, DurationRule},

@@ -7,13 +7,15 @@
 //! and its adapter (`grpc/lock.rs`) converts.
 //!
 //! Each stream renews and releases at its lease's attach generation (see
-//! `prelude.lua`): a re-attach moves the lease to the next one, so the stream it
+//! `lua/include/lease.lua`): a re-attach moves the lease to the next one, so the stream it
 //! replaced, whose cut connection the server may notice only later, can neither renew
 //! nor release it.
 
 use std::time::Duration;
 
 use tokio::{sync::mpsc, time::Instant};
+use tokio_stream::wrappers::ReceiverStream;
+use tracing::Instrument;
 
 use super::{AcquireSpec, Attempt, Lease, LockStore, Renewal, Stop};
 use crate::{error::Error, time::until_ms};
@@ -51,8 +53,34 @@ struct Held {
     generation: u64,
 }
 
-/// Runs one Hold stream to its end. Spawn it on the shutdown tracker.
-pub async fn run(store: LockStore, spec: HoldSpec, tx: HoldSender) {
+/// The events of one Hold stream, as a stream its caller reads.
+pub type HoldStream = ReceiverStream<Result<HoldEvent, Error>>;
+
+impl LockStore {
+    /// Opens a Hold stream (this store's tenant): its engine runs on the shutdown
+    /// tracker, holding one of `--max-streams`, and ends when the returned stream is
+    /// dropped (the caller left: the lock is released) or the lease cannot be kept.
+    /// The shape of Subscribe's (`Scheduler::subscribe`).
+    pub fn hold(&self, spec: HoldSpec) -> Result<HoldStream, Error> {
+        if self.shutdown().is_triggered() {
+            return Err(Error::ShuttingDown);
+        }
+        let permit = self.limits().open_stream()?;
+        let (tx, rx) = mpsc::channel(4);
+        let store = self.clone();
+        self.shutdown().spawn(
+            async move {
+                let _permit = permit;
+                run(store, spec, tx).await;
+            }
+            .in_current_span(),
+        );
+        Ok(ReceiverStream::new(rx))
+    }
+}
+
+/// Runs one Hold stream to its end.
+async fn run(store: LockStore, spec: HoldSpec, tx: HoldSender) {
     let held = match &spec.token {
         Some(token) => reattach(&store, &spec.acquire, token, &tx).await,
         None => acquire(&store, &spec, &tx).await,

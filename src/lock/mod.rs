@@ -21,9 +21,12 @@ use std::{sync::Arc, time::Duration};
 use crate::{
     limits::Limits,
     metrics::{Family, Kind, Metrics},
-    redis::{events::EventSink, keys::Event, Redis},
+    redis::{
+        events::{EventSink, Route},
+        keys::Event,
+        Redis, TenantScoped,
+    },
     shutdown::Shutdown,
-    tenant::Tenant,
 };
 pub use model::{
     AcquireOutcome, AcquireSpec, Attempt, Description, Holder, Lease, Renewal, Stop, Won,
@@ -55,6 +58,12 @@ pub struct LockStore {
     shutdown: Shutdown,
 }
 
+impl TenantScoped for LockStore {
+    fn redis_mut(&mut self) -> &mut Redis {
+        &mut self.redis
+    }
+}
+
 impl LockStore {
     /// A store on `redis`; call [`LockStore::event_route`] to route wake-ups to it.
     pub fn new(redis: Redis, limits: Limits, shutdown: Shutdown) -> Self {
@@ -73,22 +82,12 @@ impl LockStore {
         &self.scripts
     }
 
-    /// This store, for `tenant`'s locks only: every key it builds is in that
-    /// tenant's key space. Cheap (a few reference counts).
-    pub fn tenant(&self, tenant: &Tenant) -> Self {
-        Self {
-            redis: self.redis.tenant(tenant),
-            ..self.clone()
-        }
-    }
-
-    /// The pattern of every tenant's lock-released channel, and the sink waking this
-    /// replica's waiters (its messages are lock keys, which name their tenant).
-    pub fn event_route(&self) -> (String, Arc<dyn EventSink>) {
+    /// Where lock-released messages go: the sink waking this replica's waiters.
+    pub fn event_route(&self) -> Route {
         let sink = Arc::new(WakeSink {
             waiters: self.waiters.clone(),
         });
-        (self.redis.keys.events_pattern(Event::LockReleased), sink)
+        self.redis.route(Event::LockReleased, sink)
     }
 
     /// The server's shutdown handle (streams watch it).

@@ -2,16 +2,19 @@
 //! queue's own hash slot.
 //!
 //! - `model.rs`: what the store takes and answers (plain data).
-//! - `scripts.rs`: the scripts (`prelude.lua` in front of each) and their `KEYS`.
+//! - `scripts.rs`: the scripts (`lua/`, assembled with the helpers of `lua/include/`)
+//!   and their `KEYS`.
 //! - `store.rs`: one method per script call; `replies.rs` decodes what they answer.
 //! - `long_poll.rs`: `Lease` with `wait`, and giving back what a gone caller leased.
 //! - `acks.rs`: Ack by group commit.
 //! - `watch.rs`: wake-ups of waiting `Lease` calls; `scheduler.rs`: the Subscribe
-//!   feeds; `subscribe.rs`: a Subscribe stream's settings.
+//!   feeds of this replica; `feed.rs`: one queue's feed and its pass; `subscribe.rs`:
+//!   a Subscribe stream (its settings and the stream a caller reads).
 //!
 //! No proto type reaches the store: its adapter, `grpc/queue.rs`, converts.
 
 mod acks;
+mod feed;
 mod long_poll;
 mod model;
 mod replies;
@@ -27,9 +30,9 @@ use crate::{
     metrics::{DepthSource, Metrics, QueueDepths},
     redis::{
         batch::GroupCommit,
-        events::EventSink,
+        events::{EventSink, Route},
         keys::{Event, QueueKeys},
-        Redis,
+        Redis, TenantScoped,
     },
     shutdown::Shutdown,
     tenant::Tenant,
@@ -71,6 +74,12 @@ pub struct QueueStore {
     shutdown: Shutdown,
 }
 
+impl TenantScoped for QueueStore {
+    fn redis_mut(&mut self) -> &mut Redis {
+        &mut self.redis
+    }
+}
+
 impl QueueStore {
     /// A store on `redis`; route [`QueueStore::event_route`] to it for wake-ups.
     pub fn new(redis: Redis, shutdown: Shutdown) -> Self {
@@ -88,22 +97,9 @@ impl QueueStore {
         &self.scripts
     }
 
-    /// This store, for `tenant`'s queues only: every key and channel it builds is in
-    /// that tenant's key space. Cheap (a few reference counts).
-    pub fn tenant(&self, tenant: &Tenant) -> Self {
-        Self {
-            redis: self.redis.tenant(tenant),
-            ..self.clone()
-        }
-    }
-
-    /// The pattern of every tenant's queue-changed channel, and where its messages
-    /// (pending keys, which name their tenant) go.
-    pub fn event_route(&self) -> (String, Arc<dyn EventSink>) {
-        (
-            self.redis.keys.events_pattern(Event::QueueChanged),
-            self.watch.clone(),
-        )
+    /// Where queue-changed messages (pending keys) go: the waiting long polls.
+    pub fn event_route(&self) -> Route {
+        self.redis.route(Event::QueueChanged, self.watch.clone())
     }
 
     /// The wake-up of `queue`: notified when its tasks become due or are scheduled (or
@@ -118,9 +114,9 @@ impl QueueStore {
         self.redis.keys.channel(Event::SlotFreed)
     }
 
-    /// The pattern matching every tenant's slot-freed channel.
-    pub fn slot_freed_pattern(&self) -> String {
-        self.redis.keys.events_pattern(Event::SlotFreed)
+    /// Where slot-freed messages (Subscribe tags) go: `sink`, the scheduler.
+    pub fn slot_freed_route(&self, sink: Arc<dyn EventSink>) -> Route {
+        self.redis.route(Event::SlotFreed, sink)
     }
 
     /// The keys of `queue` in this store's tenant.

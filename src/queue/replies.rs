@@ -1,5 +1,5 @@
 //! The queue scripts' replies into model values, in one place. A task travels as a
-//! row of 9 values, written by `push_row()`/`push_fields()` in `prelude.lua` and read
+//! row of 9 values, written by `push_row()`/`push_fields()` in `lua/include/push_row.lua` and read
 //! by [`task_rows`] here; nothing else knows the row's layout.
 
 use prost::bytes::Bytes;

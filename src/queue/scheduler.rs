@@ -5,13 +5,16 @@
 //! slot-freed message carrying one of its streams' tags (an Ack or Nack on any
 //! replica), or a stream joining or ending. Never a fixed tick.
 //!
+//! Each feed's streams and one pass of its loop are in `feed.rs`; this file keeps which
+//! feeds exist, starts and retires them, and routes wake-ups to them.
+//!
 //! It keeps nothing another replica needs: which stream holds which delivery lives in
 //! Redis (the `leased` index), so a stream's free slots are counted there, and a worker
 //! can re-attach to any replica.
 
 use std::{
     collections::HashMap,
-    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    sync::{Arc, Mutex},
     time::Duration,
 };
 
@@ -22,13 +25,17 @@ use tokio::{
 use tracing::Instrument;
 
 use super::{
+    feed::{locked, Ended, Feed, Member, Members, Next},
     subscribe::{LeaveOnDrop, SubscribeSpec, Subscription},
-    Dispatched, QueueStore, StreamSlots, Task,
+    QueueStore, StreamSlots,
 };
 use crate::{
     error::{Error, Result},
     limits::Limits,
-    redis::events::EventSink,
+    redis::{
+        events::{EventSink, Route},
+        TenantScoped,
+    },
     shutdown::Shutdown,
     tenant::Tenant,
     time::sleep_until_some,
@@ -60,93 +67,6 @@ struct Registry {
     tags: HashMap<(String, String), Vec<Arc<Feed>>>,
 }
 
-/// One queue's streams on this replica and the loop that feeds them.
-pub struct Feed {
-    queue: String,
-    /// The queue's store, scoped to its tenant.
-    store: QueueStore,
-    /// Its key in `Registry::feeds`.
-    key: String,
-    /// Its tenant's slot-freed channel (half of its tags' keys in `Registry::tags`).
-    freed_channel: String,
-    /// Kicked when a stream joins or ends or a slot frees. `notify_one` keeps a permit,
-    /// so a kick that lands during a pass is not lost.
-    wake: Notify,
-    members: Mutex<Members>,
-}
-
-#[derive(Default)]
-struct Members {
-    streams: Vec<Member>,
-    /// Ended streams whose deliveries are still to be given back (or kept).
-    ended: Vec<Ended>,
-    next_id: u64,
-    /// Where the next pass starts its round robin, so no stream is always first.
-    turn: usize,
-}
-
-struct Member {
-    id: u64,
-    slots: StreamSlots,
-    /// Gave a worker_id: its deliveries wait for a re-attach when it ends.
-    worker: bool,
-    /// Its attach (taking over an earlier stream's deliveries) is done.
-    attached: bool,
-    /// Every slot was taken at the last dispatch; a freed slot or a lease end clears it.
-    full: bool,
-    /// Counts slot-freed messages, so that one arriving during a dispatch is not
-    /// overwritten by that dispatch's older count.
-    freed: u64,
-    /// Where its deliveries go. Unbounded, yet never holds more than the stream's
-    /// unacked deliveries.
-    tx: mpsc::UnboundedSender<Result<Task>>,
-}
-
-struct Ended {
-    tag: String,
-    session: String,
-    /// Keep the deliveries leased for the re-attach grace (it gave a worker_id).
-    keep: bool,
-}
-
-fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-impl Feed {
-    fn members(&self) -> MutexGuard<'_, Members> {
-        locked(&self.members)
-    }
-
-    /// Marks streams as maybe having free slots (all of them with `None`) and wakes
-    /// the feed's loop.
-    fn free(&self, tag: Option<&str>) {
-        self.mark_free(tag);
-        self.wake.notify_one();
-    }
-
-    /// [`Feed::free`] without the wake-up: for the loop itself, which looks again
-    /// anyway. A wake-up it sent itself would end its next wait at once: after a
-    /// failed pass that skipped the back-off, and a Redis refusing every script (out
-    /// of memory) had the feed retry thousands of times a second, logging each.
-    fn mark_free(&self, tag: Option<&str>) {
-        for member in self.members().streams.iter_mut() {
-            if tag.is_none_or(|tag| tag == member.slots.tag) {
-                member.full = false;
-                member.freed += 1;
-            }
-        }
-    }
-}
-
-/// What one pass learned: when to look again.
-struct Next {
-    /// The earliest pending due time (a task falls due).
-    pending: Option<Instant>,
-    /// The earliest lease end (a task comes back, maybe freeing a slot).
-    lease_end: Option<Instant>,
-}
-
 impl Scheduler {
     /// The scheduler of this replica's Subscribe streams.
     pub fn new(
@@ -165,8 +85,8 @@ impl Scheduler {
     }
 
     /// The pub/sub channel of freed slots, and this scheduler as its sink.
-    pub fn event_route(self: &Arc<Self>) -> (String, Arc<dyn EventSink>) {
-        (self.store.slot_freed_pattern(), self.clone())
+    pub fn event_route(self: &Arc<Self>) -> Route {
+        self.store.slot_freed_route(self.clone())
     }
 
     /// Opens a stream on `tenant`'s `queue`: RESOURCE_EXHAUSTED past `--max-streams`,
@@ -237,6 +157,7 @@ impl Scheduler {
             key: key.to_owned(),
             wake: Notify::new(),
             members: Mutex::default(),
+            reattach_grace: self.reattach_grace,
         });
         let span = tracing::debug_span!("feed", queue);
         self.shutdown
@@ -290,7 +211,7 @@ impl Scheduler {
             if self.retire(&feed) {
                 return;
             }
-            let timer = match self.pass(&feed, &mut next).await {
+            let timer = match feed.pass(&mut next).await {
                 Ok(timer) => {
                     retry = RETRY_FIRST;
                     timer
@@ -333,136 +254,15 @@ impl Scheduler {
         true
     }
 
-    /// Detaches ended streams, attaches new worker streams, then leases to every stream
-    /// with a free slot. Returns when to look again without being woken.
-    async fn pass(&self, feed: &Feed, next: &mut Next) -> Result<Option<Instant>> {
-        let (ended, attach, eligible, slots) = {
-            let mut members = feed.members();
-            let ended = std::mem::take(&mut members.ended);
-            let attach: Vec<(u64, StreamSlots)> = members
-                .streams
-                .iter()
-                .filter(|m| !m.attached)
-                .map(|m| (m.id, m.slots.clone()))
-                .collect();
-            let count = members.streams.len();
-            let turn = members.turn;
-            members.turn = members.turn.wrapping_add(1);
-            // Who is asked (id, freed count at the ask), and their slots in that order.
-            let (eligible, slots): (Vec<(u64, u64)>, Vec<StreamSlots>) = (0..count)
-                .map(|k| &members.streams[(turn + k) % count])
-                .filter(|m| !m.full)
-                .map(|m| ((m.id, m.freed), m.slots.clone()))
-                .unzip();
-            (ended, attach, eligible, slots)
-        };
-        self.detach(feed, ended).await?;
-        for (id, slots) in attach {
-            let tasks = feed.store.attach(&feed.queue, &slots).await?;
-            tracing::debug!(count = tasks.len(), "worker re-attached");
-            let mut members = feed.members();
-            if let Some(member) = members.streams.iter_mut().find(|m| m.id == id) {
-                member.attached = true;
-                for task in tasks {
-                    let _ = member.tx.send(Ok(task));
-                }
-            }
-        }
-        if !eligible.is_empty() {
-            let dispatched = feed.store.dispatch(&feed.queue, &slots).await?;
-            *next = Self::deliver(feed, &eligible, &slots, dispatched);
-        }
-        let any_free = feed.members().streams.iter().any(|m| !m.full);
-        Ok(if any_free {
-            [next.pending, next.lease_end].into_iter().flatten().min()
-        } else {
-            next.lease_end
-        })
-    }
-
-    /// Hands one dispatch's tasks to their streams and records who is full now.
-    fn deliver(
-        feed: &Feed,
-        eligible: &[(u64, u64)],
-        slots: &[StreamSlots],
-        dispatched: Dispatched,
-    ) -> Next {
-        // Counted from Redis' clock at the call, so a skewed local clock cannot make
-        // the loop spin early or sleep late.
-        let at = |ms: i64| {
-            Instant::now() + Duration::from_millis((ms - dispatched.now_ms).max(0) as u64)
-        };
-        let next = Next {
-            pending: dispatched.next_pending_ms.map(at),
-            lease_end: dispatched.next_lease_end_ms.map(at),
-        };
-        let mut members = feed.members();
-        for (at, task) in dispatched.tasks {
-            let id = eligible[at].0;
-            if let Some(member) = members.streams.iter_mut().find(|m| m.id == id) {
-                // A failed send means the stream just ended: its Ended entry gives the
-                // task back on the next pass.
-                let _ = member.tx.send(Ok(task));
-            }
-        }
-        for (((id, freed), slots), held) in eligible.iter().zip(slots).zip(dispatched.held) {
-            if let Some(member) = members.streams.iter_mut().find(|m| m.id == *id) {
-                if member.freed == *freed {
-                    member.full = held >= slots.max_in_flight;
-                }
-            }
-        }
-        next
-    }
-
-    /// Gives back (or keeps for re-attach) the deliveries of ended streams. On failure
-    /// they stay queued for the next pass.
-    async fn detach(&self, feed: &Feed, ended: Vec<Ended>) -> Result<()> {
-        if ended.is_empty() {
-            return Ok(());
-        }
-        let (keep, give): (Vec<Ended>, Vec<Ended>) = ended.into_iter().partition(|e| e.keep);
-        for (group, grace) in [(give, Duration::ZERO), (keep, self.reattach_grace)] {
-            if group.is_empty() {
-                continue;
-            }
-            let streams: Vec<(String, String)> = group
-                .iter()
-                .map(|e| (e.tag.clone(), e.session.clone()))
-                .collect();
-            match feed.store.detach(&feed.queue, &streams, grace).await {
-                Ok((returned, kept)) => {
-                    tracing::debug!(streams = streams.len(), returned, kept, "streams detached");
-                }
-                Err(err) => {
-                    feed.members().ended.extend(group);
-                    return Err(err);
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// Shutdown: every stream ends with UNAVAILABLE, and its deliveries go back (or
     /// wait for a re-attach on another replica). One try: Redis may be going too, and
     /// anything not given back returns when its lease ends.
     async fn close(&self, feed: &Feed) {
         let ended = {
             let _registry = locked(&self.registry);
-            let mut members = feed.members();
-            let streams = std::mem::take(&mut members.streams);
-            let mut ended = std::mem::take(&mut members.ended);
-            for member in streams {
-                let _ = member.tx.send(Err(Error::ShuttingDown));
-                ended.push(Ended {
-                    tag: member.slots.tag,
-                    session: member.slots.session,
-                    keep: member.worker,
-                });
-            }
-            ended
+            feed.end_streams()
         };
-        if let Err(err) = self.detach(feed, ended).await {
+        if let Err(err) = feed.detach(ended).await {
             tracing::warn!(cause = %err, "could not give back deliveries at shutdown; they return when their leases end");
         }
     }

@@ -21,7 +21,7 @@ use crate::{error::Result, redis::keys::Event, token::new_token};
 
 impl QueueStore {
     /// Runs a script that returns expired leases first. A run that met a full run's
-    /// worth of them (prelude.lua `reclaim()`) answers AGAIN having done nothing else,
+    /// worth of them (`lua/include/reclaim.lua`) answers AGAIN having done nothing else,
     /// and runs again: each run stays short however many leases ran out at once, and
     /// the run that does the work never sees a lease that ran out as live.
     async fn invoke_reclaiming<T: redis::FromRedisValue>(

@@ -29,6 +29,10 @@ pub trait EventSink: Send + Sync + 'static {
     fn on_subscribed(&self);
 }
 
+/// The channels of one event for every tenant (a pattern), and the sink their messages
+/// go to.
+pub type Route = (String, Arc<dyn EventSink>);
+
 /// Handle on the pub/sub task.
 #[derive(Clone, Debug, Default)]
 pub struct Events {

@@ -33,13 +33,13 @@ pub struct Keys {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LockKeys {
     /// A string holding the packed lease (token, waited, fencing, expires_at, owner,
-    /// request_id; layout in `src/lock/prelude.lua`), its PX = the lease.
+    /// request_id; layout in `src/lock/lua/include/lease.lua`), its PX = the lease.
     pub lock: String,
     /// The last fencing token handed out for this name; outlives the lease.
     pub fence: String,
 }
 
-/// The keys of one queue, all in one hash slot; see `src/queue/prelude.lua` for what
+/// The keys of one queue, all in one hash slot; see `src/queue/lua/include/keys.lua` for what
 /// each holds. The order is the order of `KEYS` in every queue script.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QueueKeys {

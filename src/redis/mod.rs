@@ -40,7 +40,7 @@ use errors::{breaks_socket, ErrorCounts, ErrorKind};
 pub use keys::Keys;
 pub use pool::SOCKETS;
 use pool::{socket_of, Conn, Manager, Socket, POOL_SIZE};
-pub use script::{Invocation, Script};
+pub use script::{Invocation, Script, Source};
 pub use url::{connection_info, redact};
 pub use version::{check_version, MIN_REDIS_VERSION};
 use wait::Wait;
@@ -153,7 +153,29 @@ async fn run_script(
     }
 }
 
+/// A store whose every key and channel comes from its [`Redis`] handle (the lock and
+/// queue stores): scoping it to a tenant is scoping that handle, in this one place.
+pub trait TenantScoped: Clone {
+    /// Its Redis handle, to scope.
+    fn redis_mut(&mut self) -> &mut Redis;
+
+    /// This store, for `tenant`'s names only: every key and channel it builds is in
+    /// that tenant's key space. Cheap (a few reference counts).
+    fn tenant(&self, tenant: &crate::tenant::Tenant) -> Self {
+        let mut scoped = self.clone();
+        let redis = scoped.redis_mut();
+        *redis = redis.tenant(tenant);
+        scoped
+    }
+}
+
 impl Redis {
+    /// Where `event`'s messages of every tenant go: the pattern of its channels, and
+    /// `sink` (each message names the key it is about, and so its tenant).
+    pub fn route(&self, event: keys::Event, sink: Arc<dyn events::EventSink>) -> events::Route {
+        (self.keys.events_pattern(event), sink)
+    }
+
     /// A pool for `url`. Connects lazily, so the server starts (NOT_SERVING) even
     /// while Redis is down.
     pub fn new(url: &str, timeout: Duration, keys: Keys) -> Result<Self> {
@@ -299,9 +321,13 @@ impl Redis {
         invocation: &Invocation<'_>,
     ) -> Result<T> {
         let mut conn = self.conn(key).await?;
-        let wait = self.wait.filter(|_| invocation.script.writes);
+        let wait = self.wait.filter(|_| invocation.script.confirms);
         let reply = run_script(&mut conn, invocation, wait.as_ref()).await;
-        let (value, confirmed) = self.finish(&conn, reply)?;
+        // A script's error names its line in the assembled script: name ours instead.
+        let (value, confirmed) = self.finish(&conn, reply).map_err(|err| match err {
+            Error::Internal(why) => Error::Internal(invocation.script.source.explain(&why)),
+            err => err,
+        })?;
         if let Some(wait) = wait {
             wait.check(confirmed.unwrap_or(0))?;
         }

@@ -19,5 +19,6 @@ mod lock;
 mod model;
 mod process;
 mod queue;
+mod scripts;
 mod server;
 mod subscribe;

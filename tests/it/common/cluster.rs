@@ -69,11 +69,15 @@ impl TestCluster {
             }
             let child = command
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                // Formed with the long timeout: a handshake that a loaded machine slows
+                // past a 2 s timeout is dropped, and one node then never learned
+                // another (seen: cluster_known_nodes:5 for 60 s). A failover cluster
+                // gets its short timeout once formed.
                 .args([
                     "--cluster-enabled",
                     "yes",
                     "--cluster-node-timeout",
-                    node_timeout,
+                    NO_FAILOVER,
                 ])
                 // A replica takes over however long ago it last heard its primary.
                 .args(["--cluster-replica-validity-factor", "0"])
@@ -120,6 +124,18 @@ impl TestCluster {
             String::from_utf8_lossy(&created.stdout)
         );
         cluster.wait_ok().await;
+        if node_timeout != NO_FAILOVER {
+            for port in cluster.ports.clone() {
+                let set = cluster_cli(
+                    port,
+                    &["config", "set", "cluster-node-timeout", node_timeout],
+                );
+                assert!(
+                    set.as_deref().is_some_and(|reply| reply.trim() == "OK"),
+                    "node {port}: {set:?}"
+                );
+            }
+        }
         cluster
     }
 

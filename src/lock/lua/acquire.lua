@@ -1,6 +1,6 @@
 -- acquire.lua: take a lock if it is free, in one atomic step (the lease and its expiry
 -- are written together: no SETNX-then-EXPIRE window).
--- KEYS[1]  lock (the packed lease, see prelude.lua; PX = the lease)
+-- KEYS[1]  lock (the packed lease, see include/lease.lua; PX = the lease)
 -- KEYS[2]  fence: the last fencing token of this name (outlives the lease)
 -- ARGV[1]  token (random, made by the server)
 -- ARGV[2]  owner
@@ -13,14 +13,19 @@
 -- run backwards. Numbers stay Lua numbers (exact below 2^53; µs since 1970 are ~2^51).
 -- Returns {1, token, fencing, expires_at_ms} acquired (or the same lease again for a
 -- retried owner + request_id), {0, owner, fencing, expires_at_ms} held by another.
-local got = redis.call('MGET', KEYS[1], KEYS[2])
+--- @include "lease"
+local lock, fence = KEYS[1], KEYS[2]
+local new_token, caller_owner, ttl_ms, caller_request_id, will_wait =
+  ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+
+local got = redis.call('MGET', lock, fence)
 if got[1] then
   local token, waited, fencing, expires_at, owner, request_id, attach = unpack_lease(got[1])
-  if ARGV[4] ~= '' and owner == ARGV[2] and request_id == ARGV[4] then
+  if caller_request_id ~= '' and owner == caller_owner and request_id == caller_request_id then
     return {1, token, fencing, expires_at}
   end
-  if ARGV[5] == '1' and waited == 0 then
-    redis.call('SET', KEYS[1], pack_lease(token, 1, fencing, expires_at, owner, request_id, attach),
+  if will_wait == '1' and waited == 0 then
+    redis.call('SET', lock, pack_lease(token, 1, fencing, expires_at, owner, request_id, attach),
       'KEEPTTL')
   end
   return {0, owner, fencing, expires_at}
@@ -31,9 +36,9 @@ local fencing = now_us
 if got[2] and got[2] + 1 > now_us then
   fencing = got[2] + 1
 end
-local ttl = tonumber(ARGV[3])
+local ttl = tonumber(ttl_ms)
 local expires_at = (now_us - now_us % 1000) / 1000 + ttl
-redis.call('SET', KEYS[1], pack_lease(ARGV[1], 0, fencing, expires_at, ARGV[2], ARGV[4]),
-  'PX', ttl)
-redis.call('SET', KEYS[2], fencing, 'PX', ttl + 60000)
-return {1, ARGV[1], fencing, expires_at}
+redis.call('SET', lock, pack_lease(new_token, 0, fencing, expires_at, caller_owner,
+  caller_request_id), 'PX', ttl)
+redis.call('SET', fence, fencing, 'PX', ttl + 60000)
+return {1, new_token, fencing, expires_at}

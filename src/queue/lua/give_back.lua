@@ -2,10 +2,16 @@
 -- caller left while its tasks were being taken) go back at their original due time,
 -- as a lease expiry would, or die on their last attempt: the delivery counts. A stale
 -- receipt (expired, redelivered, acked) is skipped.
--- KEYS[1..9] as in prelude.lua
+-- KEYS: the queue's nine keys (include/keys.lua)
 -- ARGV[1] the queue-changed channel, ARGV[2] its message, then the receipts
 -- Clock: Redis TIME (a lease that ran out makes its receipt stale).
 -- Returns how many went back to pending.
+--- @include "now_ms"
+--- @include "delivery"
+--- @include "ending"
+--- @include "give_back"
+local changed_channel, changed_message = ARGV[1], ARGV[2]
+
 local now = now_ms()
 local returned, ends = 0, ending()
 for i = 3, #ARGV do
@@ -16,6 +22,6 @@ for i = 3, #ARGV do
 end
 ends.flush()
 if returned > 0 then
-  redis.call('PUBLISH', ARGV[1], ARGV[2])
+  redis.call('PUBLISH', changed_channel, changed_message)
 end
 return returned

@@ -10,23 +10,28 @@
 -- Clock: Redis TIME.
 -- Returns {1, expires_at_ms, owner, fencing, generation} extended, {0} not held by this
 -- token, {2} held by this token but taken over by a later Hold stream.
-local value = redis.call('GET', KEYS[1])
+--- @include "lease"
+--- @include "same_attach"
+local lock = KEYS[1]
+local caller_token, ttl_ms, held_attach, take_over = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+
+local value = redis.call('GET', lock)
 if not value then
   return {0}
 end
 local token, waited, fencing, _, owner, request_id, attach = unpack_lease(value)
-if token ~= ARGV[1] then
+if token ~= caller_token then
   return {0}
 end
-if not same_attach(ARGV[3], attach) then
+if not same_attach(held_attach, attach) then
   return {2}
 end
-if ARGV[4] == '1' then
+if take_over == '1' then
   attach = attach + 1
 end
 local now = redis.call('TIME')
-local ttl = tonumber(ARGV[2])
+local ttl = tonumber(ttl_ms)
 local expires_at = now[1] * 1000 + (now[2] - now[2] % 1000) / 1000 + ttl
-redis.call('SET', KEYS[1],
+redis.call('SET', lock,
   pack_lease(token, waited, fencing, expires_at, owner, request_id, attach), 'PX', ttl)
 return {1, expires_at, owner, fencing, attach}

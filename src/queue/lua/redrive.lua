@@ -1,16 +1,25 @@
 -- redrive.lua: move DEAD tasks back to READY with their attempts reset; at most
 -- ARGV[3] tasks per run, so one run never blocks Redis for long (the store calls it
 -- again until the dead set is drained).
--- KEYS[1..9] as in prelude.lua
+-- KEYS: the queue's nine keys (include/keys.lua)
 -- ARGV[1] the queue-changed channel, ARGV[2] its message, ARGV[3] the most DEAD
 -- tasks to take when no ids are given, then the ids (none: the oldest DEAD tasks)
 -- Clock: Redis TIME, only to return leases that ran out first (a task whose last
 -- lease ran out is DEAD, whether or not a Lease noticed yet). A dead task's due time
 -- is in the past, so it is READY at once.
 -- A run that returned a full run's worth of expired leases answers AGAIN and does
--- nothing else (prelude.lua reclaim()); the store runs it again.
+-- nothing else (include/reclaim.lua); the store runs it again.
 -- Returns {moved, looked at}: a run of all DEAD tasks that looked at ARGV[3] of
 -- them may have left more.
+--- @include "keys"
+--- @include "now_ms"
+--- @include "meta"
+--- @include "member"
+--- @include "bulk"
+--- @include "load"
+--- @include "reclaim"
+local changed_channel, changed_message, most = ARGV[1], ARGV[2], tonumber(ARGV[3])
+
 if reclaim(now_ms()) then
   return again()
 end
@@ -20,22 +29,22 @@ if #ARGV > 3 then
     ids[#ids + 1] = ARGV[i]
   end
 else
-  members = redis.call('ZRANGE', KEYS[3], 0, tonumber(ARGV[3]) - 1)
-  for n, member in ipairs(members) do
-    ids[n] = id_of(member)
+  members = redis.call('ZRANGE', dead, 0, most - 1)
+  for n, entry in ipairs(members) do
+    ids[n] = id_of(entry)
   end
 end
 local moved = 0
 local gone, back, writes = {}, {}, {}
 for n, id in ipairs(ids) do
   local meta = load(id)
-  if meta and meta.st == 'd' then
-    local member = member_of(meta, id)
-    meta.st = 'p'
-    meta.att = 0
-    gone[#gone + 1] = member
+  if meta and meta.state == DEAD then
+    local entry = member_of(meta, id)
+    meta.state = PENDING
+    meta.attempt = 0
+    gone[#gone + 1] = entry
     back[#back + 1] = string.format('%d', meta.due)
-    back[#back + 1] = member
+    back[#back + 1] = entry
     writes[#writes + 1] = id
     writes[#writes + 1] = encode(meta)
     moved = moved + 1
@@ -46,11 +55,11 @@ for n, id in ipairs(ids) do
   end
 end
 if #gone > 0 then
-  bulk('ZREM', KEYS[3], gone)
+  bulk('ZREM', dead, gone)
 end
 if moved > 0 then
-  bulk('ZADD', KEYS[1], back)
-  bulk('HSET', KEYS[4], writes)
-  redis.call('PUBLISH', ARGV[1], ARGV[2])
+  bulk('ZADD', pending, back)
+  bulk('HSET', tasks, writes)
+  redis.call('PUBLISH', changed_channel, changed_message)
 end
 return {moved, #ids}

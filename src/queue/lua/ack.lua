@@ -1,9 +1,18 @@
 -- ack.lua: finish deliveries by receipt; a stale receipt changes nothing.
--- KEYS[1..9] as in prelude.lua
+-- KEYS: the queue's nine keys (include/keys.lua)
 -- ARGV[1] the slot-freed channel, then the receipts
 -- Clock: Redis TIME (a lease that ran out makes its receipt stale).
 -- Returns one 0/1 per receipt; publishes each Subscribe tag that got slots back,
 -- once per call.
+--- @include "keys"
+--- @include "now_ms"
+--- @include "meta"
+--- @include "bulk"
+--- @include "receipt"
+--- @include "delivery"
+--- @include "ending"
+local slot_freed_channel = ARGV[1]
+
 local now = now_ms()
 local ids = {}
 for i = 2, #ARGV do
@@ -11,19 +20,19 @@ for i = 2, #ARGV do
 end
 -- Each receipt is checked on its unpacked fields, not a meta table: this loop is most
 -- of the script's time.
-local raws = hmget(KEYS[4], ids)
+local raws = hmget(tasks, ids)
 local out, done, tags, ends = {}, {}, {}, ending()
 for n, id in ipairs(ids) do
   local raw = raws[n]
   out[n] = 0
   if raw and not done[id] then
-    local seq, _, _, _, _, dd, _, lexp, st, rcpt, w = meta_fields(raw)
-    if live_fields(st, rcpt, lexp, ARGV[n + 1], now) then
+    local seq, _, _, _, _, dedupe_ms, _, lease_end, state, receipt, tag = meta_fields(raw)
+    if live_fields(state, receipt, lease_end, ARGV[n + 1], now) then
       done[id] = true
-      ends.unlease_fields(id, seq, w)
-      ends.forget_fields(id, dd, now)
-      if w ~= '' then
-        tags[w] = true
+      ends.unlease_fields(id, seq, tag)
+      ends.forget_fields(id, dedupe_ms, now)
+      if tag ~= '' then
+        tags[tag] = true
       end
       out[n] = 1
     end
@@ -31,6 +40,6 @@ for n, id in ipairs(ids) do
 end
 ends.flush()
 for tag in pairs(tags) do
-  redis.call('PUBLISH', ARGV[1], tag)
+  redis.call('PUBLISH', slot_freed_channel, tag)
 end
 return out

@@ -3,19 +3,22 @@
 -- ARGV[1]  token
 -- ARGV[2]  the lock-released channel
 -- ARGV[3]  the attach generation the caller holds ('' for any: the unary Release)
--- Publishes the lock key on the channel when a waiter marked the lease (so one waiter
--- per replica wakes at once); no clock.
+-- Publishes the lock key on the channel when a waiter marked the lease (free_lock); no
+-- clock.
 -- Returns 1 released, 0 not held by this token (or taken over by a later Hold stream).
-local value = redis.call('GET', KEYS[1])
+--- @include "lease"
+--- @include "same_attach"
+--- @include "free_lock"
+local lock = KEYS[1]
+local caller_token, released_channel, held_attach = ARGV[1], ARGV[2], ARGV[3]
+
+local value = redis.call('GET', lock)
 if not value then
   return 0
 end
 local token, waited, _, _, _, _, attach = unpack_lease(value)
-if token ~= ARGV[1] or not same_attach(ARGV[3], attach) then
+if token ~= caller_token or not same_attach(held_attach, attach) then
   return 0
 end
-redis.call('DEL', KEYS[1])
-if waited == 1 then
-  redis.call('PUBLISH', ARGV[2], KEYS[1])
-end
+free_lock(lock, waited, released_channel)
 return 1

@@ -2,16 +2,29 @@
 -- streams (in the order given) while they have free slots, first returning expired
 -- leases. A stream's free slots are its max_in_flight less the deliveries its tag
 -- holds now (on any replica), so an Ack anywhere frees a slot without telling us.
--- KEYS[1..9] as in prelude.lua
+-- KEYS: the queue's nine keys (include/keys.lua)
 -- ARGV[1] receipt prefix (random, per call), ARGV[2] the most payload bytes to
 -- return (always at least one task), then 4 per stream: tag, session,
 -- max_in_flight, visibility ms
 -- Clock: Redis TIME.
 -- A run that returned a full run's worth of expired leases answers AGAIN and does
--- nothing else (prelude.lua reclaim()); the store runs it again.
+-- nothing else (include/reclaim.lua); the store runs it again.
 -- Returns {now, next_pending, next_lease_end, held_1..held_n, rows...}: next_* are -1
 -- when none; held_i is stream i's deliveries after this call; then 10 per task:
--- the stream's index (1-based), then prelude.lua's push_row().
+-- the stream's index (1-based), then include/push_row.lua's push_fields().
+--- @include "keys"
+--- @include "now_ms"
+--- @include "meta"
+--- @include "bulk"
+--- @include "receipt"
+--- @include "reclaim"
+--- @include "leased_index"
+--- @include "within_budget"
+--- @include "lease_out"
+--- @include "first_score"
+--- @include "push_row"
+local receipt_prefix, budget = ARGV[1], tonumber(ARGV[2])
+
 local now = now_ms()
 if reclaim(now) then
   return again()
@@ -20,19 +33,19 @@ local streams = {}
 local free_total = 0
 for i = 3, #ARGV, 4 do
   local tag = ARGV[i]
-  local held = redis.call('ZLEXCOUNT', KEYS[8], tag_range(tag))
+  local held = redis.call('ZLEXCOUNT', leased, tag_range(tag))
   local free = math.max(tonumber(ARGV[i + 2]) - held, 0)
-  local lexp = now + tonumber(ARGV[i + 3])
+  local lease_end = now + tonumber(ARGV[i + 3])
   -- Scores go to ZADD as strings: converting a Lua number costs more than the ZADD.
-  streams[#streams + 1] = {tag = tag, session = ARGV[i + 1], lexp = lexp,
-    lexp_score = string.format('%d', lexp), held = held, free = free}
+  streams[#streams + 1] = {tag = tag, session = ARGV[i + 1], lease_end = lease_end,
+    lease_end_score = string.format('%d', lease_end), held = held, free = free}
   free_total = free_total + free
 end
 local due = {}
 if free_total > 0 then
-  due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, free_total)
+  due = redis.call('ZRANGEBYSCORE', pending, '-inf', now, 'LIMIT', 0, free_total)
 end
-local ids, raws, payloads = within_budget(due, tonumber(ARGV[2]))
+local ids, raws, bodies = within_budget(due, budget)
 -- Round robin: #ids <= free_total, so the inner loop always finds a stream with a
 -- free slot. The rows go straight into the reply after its head (filled in last).
 -- Each task is handled in locals, not a meta table: this loop is most of the
@@ -41,7 +54,7 @@ local out = {now, -1, -1}
 for n = 1, #streams do
   out[3 + n] = 0
 end
-local writes, leases, leased = {}, {}, {}
+local writes, leases, entries = {}, {}, {}
 local nw = 0
 local k = 1
 for n, id in ipairs(ids) do
@@ -54,28 +67,29 @@ for n, id in ipairs(ids) do
     stream.free = stream.free - 1
     stream.held = stream.held + 1
     -- take() and lease_out() on the unpacked fields (the old lease's are replaced).
-    local seq, due_at, enq, att, max, dd, size = meta_fields(raw)
-    att = att + 1
-    local rcpt = receipt_of(ARGV[1], id)
+    local seq, due_at, enqueued_at, attempt, max_attempts, dedupe_ms, size = meta_fields(raw)
+    attempt = attempt + 1
+    local receipt = receipt_of(receipt_prefix, id)
     nw = nw + 2
     writes[nw - 1] = id
-    writes[nw] = pack_fields(seq, due_at, enq, att, max, dd, size, stream.lexp, 'f',
-      rcpt, stream.tag, stream.session)
-    leases[nw - 1] = stream.lexp_score
+    writes[nw] = pack_fields(seq, due_at, enqueued_at, attempt, max_attempts, dedupe_ms,
+      size, stream.lease_end, IN_FLIGHT, receipt, stream.tag, stream.session)
+    leases[nw - 1] = stream.lease_end_score
     leases[nw] = due[n]
-    leased[nw - 1] = '0'
-    leased[nw] = leased_entry(stream.tag, id)
+    entries[nw - 1] = '0'
+    entries[nw] = leased_entry(stream.tag, id)
     -- The stream's index, then the task's row.
     out[#out + 1] = k
-    push_fields(out, id, payloads[n], 'in_flight', due_at, enq, att, max, rcpt, stream.lexp)
+    push_fields(out, id, bodies[n], 'in_flight', due_at, enqueued_at, attempt, max_attempts,
+      receipt, stream.lease_end)
     k = k % #streams + 1
   end
 end
 write_deliveries(#ids, writes, leases)
-if #leased > 0 then
-  bulk('ZADD', KEYS[8], leased)
+if #entries > 0 then
+  bulk('ZADD', leased, entries)
 end
-out[2], out[3] = first_score(KEYS[1]), first_score(KEYS[2])
+out[2], out[3] = first_score(pending), first_score(inflight)
 for n, stream in ipairs(streams) do
   out[3 + n] = stream.held
 end

@@ -1,11 +1,12 @@
--- prelude.lua: prepended to every lock script. A lock is one string key holding the
--- lease, packed with `struct` (one GET or SET reads or writes all of it; a hash cost
--- an HSET of five fields plus a PEXPIRE, and Lua's share of Redis' time per script is
--- mostly its redis.call()s). The key's PX is the lease, so an expired lease is gone.
+-- lease.lua: a lock is one string key holding the lease, packed with `struct` (one GET
+-- or SET reads or writes all of it; a hash would cost an HSET of five fields plus a
+-- PEXPIRE, and Lua's share of Redis' time per script is mostly its redis.call()s). The
+-- key's PX is the lease, so an expired lease is gone.
 -- Layout: token, waited (1 once a waiter asked for a wake-up), fencing, expires_at
 -- (Unix ms), owner, request_id ('' for none); strings length-prefixed. Then, only once
 -- a Hold stream re-attached, the attach generation (a double): absent means 0, so a
--- lease never re-attached costs no byte more, and values written before it still read.
+-- lease never re-attached costs no byte more.
+-- The layout is defined here and nowhere else.
 local LEASE = '<Hc0BddHc0Hc0'
 
 -- The lease in a lock value: token, waited, fencing, expires_at, owner, request_id,
@@ -27,10 +28,4 @@ local function pack_lease(token, waited, fencing, expires_at, owner, request_id,
     value = value .. struct.pack('<d', attach)
   end
   return value
-end
-
--- Whether a caller holding attach generation `arg` ('' for any: the unary calls) may
--- renew or release a lease at generation `attach`.
-local function same_attach(arg, attach)
-  return arg == '' or tonumber(arg) == attach
 end

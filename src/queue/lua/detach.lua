@@ -2,18 +2,25 @@
 -- holds: a newer stream of the same worker may have taken them over) go back at
 -- their original due time, or die on their last attempt; or, with a grace, stay
 -- leased to the tag until now + grace so the worker can re-attach.
--- KEYS[1..9] as in prelude.lua
+-- KEYS: the queue's nine keys (include/keys.lua)
 -- ARGV[1] the queue-changed channel, ARGV[2] its message, ARGV[3] grace ms (0: give
 -- back now), then 2 per stream: tag, session
 -- Clock: Redis TIME.
 -- Returns {given back, kept for re-attach}.
+--- @include "now_ms"
+--- @include "meta"
+--- @include "leased_index"
+--- @include "lease_out"
+--- @include "ending"
+--- @include "give_back"
+local changed_channel, changed_message, grace = ARGV[1], ARGV[2], tonumber(ARGV[3])
+
 local now = now_ms()
-local grace = tonumber(ARGV[3])
 local returned, kept, ends = 0, 0, ending()
 for i = 4, #ARGV, 2 do
   local tag, session = ARGV[i], ARGV[i + 1]
   each_leased(tag, function(_, id, meta)
-    if meta and meta.st == 'f' and meta.w == tag and meta.s == session then
+    if meta and meta.state == IN_FLIGHT and meta.tag == tag and meta.session == session then
       if grace > 0 then
         relet(id, meta, now + grace)
         kept = kept + 1
@@ -25,6 +32,6 @@ for i = 4, #ARGV, 2 do
 end
 ends.flush()
 if returned > 0 then
-  redis.call('PUBLISH', ARGV[1], ARGV[2])
+  redis.call('PUBLISH', changed_channel, changed_message)
 end
 return {returned, kept}

@@ -1,0 +1,9 @@
+-- free_lock.lua: ends a lease (deletes the lock key) and, when a waiter marked the
+-- lease (`waited` 1), publishes the lock key on the lock-released channel, so that one
+-- waiter per replica wakes at once. Release and ReleaseAll end a lease this one way.
+local function free_lock(lock, waited, released_channel)
+  redis.call('DEL', lock)
+  if waited == 1 then
+    redis.call('PUBLISH', released_channel, lock)
+  end
+end

@@ -1,0 +1,233 @@
+//! One queue's Subscribe feed on this replica: its streams, and one pass of the loop
+//! that feeds them (detach the ended, attach the re-attached, one `dispatch` script
+//! for every stream with a free slot). The loop itself, and which feeds exist, are the
+//! scheduler's (`scheduler.rs`).
+
+use std::{
+    sync::{Mutex, MutexGuard, PoisonError},
+    time::Duration,
+};
+
+use tokio::{
+    sync::{mpsc, Notify},
+    time::Instant,
+};
+
+use super::{Dispatched, QueueStore, StreamSlots, Task};
+use crate::error::{Error, Result};
+
+/// One queue's streams on this replica and the loop that feeds them.
+pub struct Feed {
+    pub(super) queue: String,
+    /// The queue's store, scoped to its tenant.
+    pub(super) store: QueueStore,
+    /// Its key in `Registry::feeds`.
+    pub(super) key: String,
+    /// Its tenant's slot-freed channel (half of its tags' keys in `Registry::tags`).
+    pub(super) freed_channel: String,
+    /// Kicked when a stream joins or ends or a slot frees. `notify_one` keeps a permit,
+    /// so a kick that lands during a pass is not lost.
+    pub(super) wake: Notify,
+    pub(super) members: Mutex<Members>,
+    /// `--reattach-grace`: how long an ended worker stream's deliveries wait for it.
+    pub(super) reattach_grace: Duration,
+}
+
+#[derive(Default)]
+pub(super) struct Members {
+    pub(super) streams: Vec<Member>,
+    /// Ended streams whose deliveries are still to be given back (or kept).
+    pub(super) ended: Vec<Ended>,
+    pub(super) next_id: u64,
+    /// Where the next pass starts its round robin, so no stream is always first.
+    pub(super) turn: usize,
+}
+
+pub(super) struct Member {
+    pub(super) id: u64,
+    pub(super) slots: StreamSlots,
+    /// Gave a worker_id: its deliveries wait for a re-attach when it ends.
+    pub(super) worker: bool,
+    /// Its attach (taking over an earlier stream's deliveries) is done.
+    pub(super) attached: bool,
+    /// Every slot was taken at the last dispatch; a freed slot or a lease end clears it.
+    pub(super) full: bool,
+    /// Counts slot-freed messages, so that one arriving during a dispatch is not
+    /// overwritten by that dispatch's older count.
+    pub(super) freed: u64,
+    /// Where its deliveries go. Unbounded, yet never holds more than the stream's
+    /// unacked deliveries.
+    pub(super) tx: mpsc::UnboundedSender<Result<Task>>,
+}
+
+pub(super) struct Ended {
+    pub(super) tag: String,
+    pub(super) session: String,
+    /// Keep the deliveries leased for the re-attach grace (it gave a worker_id).
+    pub(super) keep: bool,
+}
+
+pub(super) fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Feed {
+    pub(super) fn members(&self) -> MutexGuard<'_, Members> {
+        locked(&self.members)
+    }
+
+    /// Marks streams as maybe having free slots (all of them with `None`) and wakes
+    /// the feed's loop.
+    pub(super) fn free(&self, tag: Option<&str>) {
+        self.mark_free(tag);
+        self.wake.notify_one();
+    }
+
+    /// [`Feed::free`] without the wake-up: for the loop itself, which looks again
+    /// anyway. A wake-up it sent itself would end its next wait at once: after a
+    /// failed pass that skipped the back-off, and a Redis refusing every script (out
+    /// of memory) had the feed retry thousands of times a second, logging each.
+    pub(super) fn mark_free(&self, tag: Option<&str>) {
+        for member in self.members().streams.iter_mut() {
+            if tag.is_none_or(|tag| tag == member.slots.tag) {
+                member.full = false;
+                member.freed += 1;
+            }
+        }
+    }
+
+    /// Detaches ended streams, attaches new worker streams, then leases to every stream
+    /// with a free slot. Returns when to look again without being woken.
+    pub(super) async fn pass(&self, next: &mut Next) -> Result<Option<Instant>> {
+        let (ended, attach, eligible, slots) = {
+            let mut members = self.members();
+            let ended = std::mem::take(&mut members.ended);
+            let attach: Vec<(u64, StreamSlots)> = members
+                .streams
+                .iter()
+                .filter(|m| !m.attached)
+                .map(|m| (m.id, m.slots.clone()))
+                .collect();
+            let count = members.streams.len();
+            let turn = members.turn;
+            members.turn = members.turn.wrapping_add(1);
+            // Who is asked (id, freed count at the ask), and their slots in that order.
+            let (eligible, slots): (Vec<(u64, u64)>, Vec<StreamSlots>) = (0..count)
+                .map(|k| &members.streams[(turn + k) % count])
+                .filter(|m| !m.full)
+                .map(|m| ((m.id, m.freed), m.slots.clone()))
+                .unzip();
+            (ended, attach, eligible, slots)
+        };
+        self.detach(ended).await?;
+        for (id, slots) in attach {
+            let tasks = self.store.attach(&self.queue, &slots).await?;
+            tracing::debug!(count = tasks.len(), "worker re-attached");
+            let mut members = self.members();
+            if let Some(member) = members.streams.iter_mut().find(|m| m.id == id) {
+                member.attached = true;
+                for task in tasks {
+                    let _ = member.tx.send(Ok(task));
+                }
+            }
+        }
+        if !eligible.is_empty() {
+            let dispatched = self.store.dispatch(&self.queue, &slots).await?;
+            *next = self.deliver(&eligible, &slots, dispatched);
+        }
+        let any_free = self.members().streams.iter().any(|m| !m.full);
+        Ok(if any_free {
+            [next.pending, next.lease_end].into_iter().flatten().min()
+        } else {
+            next.lease_end
+        })
+    }
+
+    /// Hands one dispatch's tasks to their streams and records who is full now.
+    fn deliver(
+        &self,
+        eligible: &[(u64, u64)],
+        slots: &[StreamSlots],
+        dispatched: Dispatched,
+    ) -> Next {
+        // Counted from Redis' clock at the call, so a skewed local clock cannot make
+        // the loop spin early or sleep late.
+        let at = |ms: i64| {
+            Instant::now() + Duration::from_millis((ms - dispatched.now_ms).max(0) as u64)
+        };
+        let next = Next {
+            pending: dispatched.next_pending_ms.map(at),
+            lease_end: dispatched.next_lease_end_ms.map(at),
+        };
+        let mut members = self.members();
+        for (at, task) in dispatched.tasks {
+            let id = eligible[at].0;
+            if let Some(member) = members.streams.iter_mut().find(|m| m.id == id) {
+                // A failed send means the stream just ended: its Ended entry gives the
+                // task back on the next pass.
+                let _ = member.tx.send(Ok(task));
+            }
+        }
+        for (((id, freed), slots), held) in eligible.iter().zip(slots).zip(dispatched.held) {
+            if let Some(member) = members.streams.iter_mut().find(|m| m.id == *id) {
+                if member.freed == *freed {
+                    member.full = held >= slots.max_in_flight;
+                }
+            }
+        }
+        next
+    }
+
+    /// Gives back (or keeps for re-attach) the deliveries of ended streams. On failure
+    /// they stay queued for the next pass.
+    pub(super) async fn detach(&self, ended: Vec<Ended>) -> Result<()> {
+        if ended.is_empty() {
+            return Ok(());
+        }
+        let (keep, give): (Vec<Ended>, Vec<Ended>) = ended.into_iter().partition(|e| e.keep);
+        for (group, grace) in [(give, Duration::ZERO), (keep, self.reattach_grace)] {
+            if group.is_empty() {
+                continue;
+            }
+            let streams: Vec<(String, String)> = group
+                .iter()
+                .map(|e| (e.tag.clone(), e.session.clone()))
+                .collect();
+            match self.store.detach(&self.queue, &streams, grace).await {
+                Ok((returned, kept)) => {
+                    tracing::debug!(streams = streams.len(), returned, kept, "streams detached");
+                }
+                Err(err) => {
+                    self.members().ended.extend(group);
+                    return Err(err);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends every stream with UNAVAILABLE (the server shuts down); what they and the
+    /// streams that ended before held is to be detached.
+    pub(super) fn end_streams(&self) -> Vec<Ended> {
+        let mut members = self.members();
+        let streams = std::mem::take(&mut members.streams);
+        let mut ended = std::mem::take(&mut members.ended);
+        for member in streams {
+            let _ = member.tx.send(Err(Error::ShuttingDown));
+            ended.push(Ended {
+                tag: member.slots.tag,
+                session: member.slots.session,
+                keep: member.worker,
+            });
+        }
+        ended
+    }
+}
+
+/// What one pass learned: when to look again.
+pub(super) struct Next {
+    /// The earliest pending due time (a task falls due).
+    pub(super) pending: Option<Instant>,
+    /// The earliest lease end (a task comes back, maybe freeing a slot).
+    pub(super) lease_end: Option<Instant>,
+}

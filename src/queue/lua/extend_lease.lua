@@ -1,0 +1,17 @@
+-- extend_lease.lua: push a live delivery's lease end to now + visibility.
+-- KEYS: the queue's nine keys (include/keys.lua)
+-- ARGV[1] receipt, ARGV[2] visibility ms
+-- Clock: Redis TIME.
+-- Returns {1, lease end ms} extended, {0} stale receipt.
+--- @include "now_ms"
+--- @include "delivery"
+--- @include "lease_out"
+local receipt, visibility_ms = ARGV[1], tonumber(ARGV[2])
+
+local now = now_ms()
+local id, meta = delivery(receipt, now)
+if not id then
+  return {0}
+end
+relet(id, meta, now + visibility_ms)
+return {1, meta.lease_end}

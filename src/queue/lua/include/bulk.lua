@@ -1,0 +1,21 @@
+-- bulk.lua: variadic commands in chunks that stay under Lua's stack limit for
+-- unpack() (an even size, so field-value and score-member pairs stay whole).
+-- Runs `command` on key with args.
+local function bulk(command, key, args)
+  local n = #args
+  for from = 1, n, 4000 do
+    redis.call(command, key, unpack(args, from, math.min(from + 3999, n)))
+  end
+end
+
+-- The values of fields ids in hash key (false where there is none), by HMGET.
+local function hmget(key, ids)
+  local values = {}
+  for from = 1, #ids, 4000 do
+    local got = redis.call('HMGET', key, unpack(ids, from, math.min(from + 3999, #ids)))
+    for i, value in ipairs(got) do
+      values[from + i - 1] = value
+    end
+  end
+  return values
+end

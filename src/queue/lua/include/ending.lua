@@ -1,0 +1,49 @@
+-- ending.lua: gathers the writes that end deliveries and remove finished tasks over a
+-- script, and sends them as one variadic command per key on flush(). A caller flushes
+-- before it reads inflight, leased, tasks or payloads again, and handles each id once.
+--- @include "keys"
+--- @include "member"
+--- @include "bulk"
+--- @include "leased_index"
+local function ending()
+  local ended_members, ended_entries, gone, windows = {}, {}, {}, {}
+  local e = {}
+  -- Ends a delivery's lease records (inflight and the Subscribe index), from its
+  -- meta's seq and tag (nil or '' for none).
+  function e.unlease_fields(id, seq, tag)
+    ended_members[#ended_members + 1] = member(seq, id)
+    if tag and tag ~= '' then
+      ended_entries[#ended_entries + 1] = leased_entry(tag, id)
+    end
+  end
+  function e.unlease(id, meta)
+    e.unlease_fields(id, meta.seq, meta.tag)
+  end
+  -- Removes a finished task; its id stays reserved for its dedupe window.
+  function e.forget_fields(id, dedupe_ms, now)
+    gone[#gone + 1] = id
+    if dedupe_ms > 0 then
+      windows[#windows + 1] = string.format('%d', now + dedupe_ms)
+      windows[#windows + 1] = id
+    end
+  end
+  function e.forget(id, meta, now)
+    e.forget_fields(id, meta.dedupe_ms, now)
+  end
+  function e.flush()
+    if #ended_members > 0 then
+      bulk('ZREM', inflight, ended_members)
+    end
+    if #ended_entries > 0 then
+      bulk('ZREM', leased, ended_entries)
+    end
+    if #gone > 0 then
+      bulk('HDEL', tasks, gone)
+      bulk('HDEL', payloads, gone)
+    end
+    if #windows > 0 then
+      bulk('ZADD', reserved, windows)
+    end
+  end
+  return e
+end

@@ -1,0 +1,33 @@
+-- give_back.lua: a delivery that ended without an ack goes back to pending, or dies
+-- on its last attempt.
+--- @include "keys"
+--- @include "meta"
+--- @include "member"
+--- @include "load"
+-- Back to pending at `due`, or DEAD when out of attempts (counted in the dead-letter
+-- counter). The caller ended its lease (ending().unlease). Returns the new state.
+local function give_back(id, meta, due)
+  meta.receipt = nil
+  meta.lease_end = nil
+  meta.tag = nil
+  meta.session = nil
+  if meta.attempt >= meta.max_attempts then
+    meta.state = DEAD
+    redis.call('ZADD', dead, meta.due, member_of(meta, id))
+    redis.call('HINCRBY', counters, 'dead', 1)
+  else
+    meta.state = PENDING
+    meta.due = due
+    redis.call('ZADD', pending, due, member_of(meta, id))
+  end
+  store(id, meta)
+  return meta.state
+end
+
+-- As a lease expiry ends a delivery: its lease records go (through ends), and the task
+-- is back at its original due time, or dead on its last attempt. True when it went
+-- back to pending.
+local function expire_delivery(ends, id, meta)
+  ends.unlease(id, meta)
+  return give_back(id, meta, meta.due) == PENDING
+end

@@ -1,0 +1,40 @@
+-- reclaim.lua: expired leases go back (at their original due time) or die. Every
+-- script that looks at a queue's states runs it first, so nothing after it ever sees
+-- a lease that ran out as live.
+--- @include "keys"
+--- @include "member"
+--- @include "bulk"
+--- @include "load"
+--- @include "ending"
+--- @include "give_back"
+-- The most expired leases one run returns: a few ms of work, so no run blocks Redis
+-- for long however many leases ran out at once.
+local RECLAIM_PER_RUN = 1000
+
+-- Returns at most RECLAIM_PER_RUN expired leases. True when it returned that many, so
+-- more may be waiting: the script then does nothing else and answers again(), and its
+-- store runs it again.
+local function reclaim(now)
+  local expired = redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 0,
+    RECLAIM_PER_RUN)
+  local ends, orphans = ending(), {}
+  for _, entry in ipairs(expired) do
+    local id = id_of(entry)
+    local meta = load(id)
+    if meta then
+      expire_delivery(ends, id, meta)
+    else
+      orphans[#orphans + 1] = entry
+    end
+  end
+  ends.flush()
+  if #orphans > 0 then
+    bulk('ZREM', inflight, orphans)
+  end
+  return #expired == RECLAIM_PER_RUN
+end
+
+-- The answer of a script that only returned expired leases this run.
+local function again()
+  return redis.status_reply('AGAIN')
+end

@@ -1,0 +1,33 @@
+-- nack.lua: give a delivery back, due again at now + delay, or DEAD when it was the
+-- last attempt; a stale receipt changes nothing.
+-- KEYS: the queue's nine keys (include/keys.lua)
+-- ARGV[1] receipt, ARGV[2] delay ms, ARGV[3] the queue-changed channel,
+-- ARGV[4] its message, ARGV[5] the slot-freed channel
+-- Clock: Redis TIME.
+-- Returns {requeued 0/1, dead 0/1}.
+--- @include "now_ms"
+--- @include "meta"
+--- @include "delivery"
+--- @include "ending"
+--- @include "give_back"
+local receipt, delay_ms, changed_channel, changed_message, slot_freed_channel =
+  ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5]
+
+local now = now_ms()
+local id, meta = delivery(receipt, now)
+if not id then
+  return {0, 0}
+end
+local ends = ending()
+ends.unlease(id, meta)
+ends.flush()
+local tag = meta.tag
+local state = give_back(id, meta, now + delay_ms)
+if tag then
+  redis.call('PUBLISH', slot_freed_channel, tag)
+end
+if state == DEAD then
+  return {0, 1}
+end
+redis.call('PUBLISH', changed_channel, changed_message)
+return {1, 0}

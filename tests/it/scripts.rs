@@ -1,0 +1,352 @@
+//! The Lua scripts run directly against a real Redis, for the edge cases of their own
+//! branches (the integration tests go through gRPC): how they are assembled and
+//! flagged, what Redis says when one fails, and the branches a gRPC test reaches only
+//! by luck of timing.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::{TestRedis, TestResult};
+use redis::AsyncCommands;
+use tokio_stream::StreamExt;
+use turnstile::{
+    error::Error,
+    lock::LockScripts,
+    queue::QueueScripts,
+    redis::{script::NO_WRITES, Keys, Redis, Script},
+};
+
+fn lock_script(scripts: &LockScripts, name: &str) -> &'static turnstile::redis::Source {
+    scripts
+        .all()
+        .into_iter()
+        .find(|script| script.source.name == name)
+        .unwrap_or_else(|| panic!("no lock script {name}"))
+        .source
+}
+
+fn queue_script<'a>(scripts: &'a QueueScripts, name: &str) -> &'a Script {
+    scripts
+        .all()
+        .into_iter()
+        .find(|script| script.source.name == name)
+        .unwrap_or_else(|| panic!("no queue script {name}"))
+}
+
+#[test]
+fn every_script_carries_only_the_helpers_it_names_and_no_bare_keys() {
+    let (locks, queues) = (LockScripts::new(), QueueScripts::new());
+    let all: Vec<&Script> = locks.all().into_iter().chain(queues.all()).collect();
+    assert_eq!(all.len(), 18);
+    for script in &all {
+        let source = script.source;
+        // Read only exactly when it says so on its first line, which Redis enforces.
+        assert_eq!(
+            script.writes,
+            !source.text.starts_with(NO_WRITES),
+            "{}",
+            source.name
+        );
+        // Its own file comes last; every part names a file of the tree.
+        let (_, own, _) = source.parts.last().unwrap();
+        assert!(own.ends_with(source.name), "{}: {own}", source.name);
+        for (_, file, _) in source.parts {
+            assert!(
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join(file)
+                    .exists(),
+                "{file}"
+            );
+        }
+        // Keys are named once, in keys.lua or at the top of a lock script; the code
+        // after that uses the names.
+        for (n, line) in source.text.lines().enumerate() {
+            let code = line.split("--").next().unwrap();
+            if code.contains("KEYS[") {
+                let (file, _) = source.locate(n + 1).unwrap();
+                assert!(
+                    code.trim_start().starts_with("local ")
+                        || (file.ends_with("keys.lua") && code.trim_start().starts_with("KEYS[")),
+                    "{}: a bare key in {file}: {line}",
+                    source.name
+                );
+            }
+        }
+    }
+    // A script carries only what it includes: describe needs the lease, not the
+    // release's wake-up.
+    let describe = lock_script(&locks, "describe.lua");
+    assert!(describe.text.contains("local function unpack_lease"));
+    assert!(!describe.text.contains("free_lock"));
+    assert!(describe.text.starts_with(NO_WRITES));
+    // Peek and Stats return expired leases first, which is a write: not read only;
+    // but their answers tell nobody that something was stored, so they alone of the
+    // scripts that write do not wait for replicas.
+    for script in &all {
+        let answers_only = ["peek.lua", "stats.lua"].contains(&script.source.name);
+        assert_eq!(
+            script.confirms,
+            script.writes && !answers_only,
+            "{}",
+            script.source.name
+        );
+    }
+    assert!(queue_script(&queues, "peek.lua").writes);
+    assert!(queue_script(&queues, "stats.lua").writes);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_refuses_a_write_from_a_script_that_declares_no_writes() -> TestResult {
+    let redis = TestRedis::start().await;
+    let mut conn = redis.conn().await;
+    let refused: redis::RedisResult<()> = redis::cmd("EVAL")
+        .arg(format!(
+            "{NO_WRITES}\nreturn redis.call('SET', KEYS[1], 'x')"
+        ))
+        .arg(1)
+        .arg("k")
+        .query_async(&mut conn)
+        .await;
+    let err = refused.expect_err("a write from a no-writes script");
+    assert!(err.to_string().contains("read-only scripts"), "{err}");
+    assert!(!conn.exists::<_, bool>("k").await?);
+    // The one read-only script runs as Redis runs a read-only script: EVAL_RO takes it.
+    let locks = LockScripts::new();
+    let describe = lock_script(&locks, "describe.lua");
+    let free: Vec<i64> = redis::cmd("EVAL_RO")
+        .arg(describe.text)
+        .arg(1)
+        .arg("lock")
+        .arg("")
+        .query_async(&mut conn)
+        .await?;
+    assert_eq!(free, [0]);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_script_names_the_file_and_line_of_ours_that_failed() -> TestResult {
+    let redis = TestRedis::start().await;
+    let handle = Redis::with_info(
+        turnstile::redis::connection_info(&redis.url(), None)?,
+        Duration::from_secs(2),
+        Keys::new("t"),
+    )?;
+    let locks = LockScripts::new();
+    let release = locks
+        .all()
+        .into_iter()
+        .find(|script| script.source.name == "release.lua")
+        .unwrap();
+    // A lock key holding something that is not a lease: unpack_lease fails.
+    let mut conn = redis.conn().await;
+    let () = conn.set("broken", "x").await?;
+    let mut call = release.key("broken");
+    call.arg("token").arg("channel").arg("");
+    let err = handle
+        .invoke::<i64>(&call)
+        .await
+        .expect_err("a script error");
+    let Error::Internal(why) = err else {
+        panic!("{err:?}")
+    };
+    let lease = "src/lock/lua/include/lease.lua:";
+    assert!(why.contains(lease), "{why}");
+    assert!(!why.contains("user_script:"), "{why}");
+    // The line named is the unpack in lease.lua.
+    let line: usize = why[why.find(lease).unwrap() + lease.len()..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .unwrap()
+        .parse()?;
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lock/lua/include/lease.lua"),
+    )?;
+    // The line of the call, or the statement it continues.
+    let failed: Vec<&str> = text.lines().skip(line - 1).take(2).collect();
+    assert!(
+        failed.iter().any(|l| l.contains("struct.unpack")),
+        "line {line}: {failed:?}"
+    );
+    Ok(())
+}
+
+/// Runs `script` (EVAL of its text) on `keys` with `args`.
+async fn eval<T: redis::FromRedisValue>(
+    conn: &mut redis::aio::MultiplexedConnection,
+    script: &Script,
+    keys: &[String],
+    args: &[&str],
+) -> redis::RedisResult<T> {
+    redis::cmd("EVAL")
+        .arg(script.source.text)
+        .arg(keys.len())
+        .arg(keys)
+        .arg(args)
+        .query_async(conn)
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_scripts_release_only_their_own_lease_and_a_takeover_locks_out_the_old_stream(
+) -> TestResult {
+    let redis = TestRedis::start().await;
+    let mut conn = redis.conn().await;
+    let locks = LockScripts::new();
+    let by = |name: &str| {
+        locks
+            .all()
+            .into_iter()
+            .find(|script| script.source.name == name)
+            .unwrap()
+    };
+    let keys = ["lock".to_owned(), "fence".to_owned()];
+    let won: Vec<redis::Value> = eval(
+        &mut conn,
+        by("acquire.lua"),
+        &keys,
+        &["tok-a", "ada", "60000", "r1", "1"],
+    )
+    .await?;
+    assert_eq!(won[0], redis::Value::Int(1));
+    // The same owner and request id get the same lease back; another owner does not.
+    let again: Vec<redis::Value> = eval(
+        &mut conn,
+        by("acquire.lua"),
+        &keys,
+        &["tok-b", "ada", "60000", "r1", "0"],
+    )
+    .await?;
+    assert_eq!(again[1], won[1]);
+    let other: Vec<redis::Value> = eval(
+        &mut conn,
+        by("acquire.lua"),
+        &keys,
+        &["tok-c", "bob", "60000", "", "1"],
+    )
+    .await?;
+    assert_eq!(other[0], redis::Value::Int(0));
+    // Release and ReleaseAll of someone else change nothing.
+    let lock = &keys[..1];
+    let released: i64 = eval(&mut conn, by("release.lua"), lock, &["tok-c", "ch", ""]).await?;
+    assert_eq!(released, 0);
+    let released: i64 = eval(&mut conn, by("release_owner.lua"), lock, &["bob", "ch"]).await?;
+    assert_eq!(released, 0);
+    assert!(conn.exists::<_, bool>("lock").await?);
+    // A take-over (a Hold re-attaching) moves the generation: the old stream's
+    // generation may neither renew nor release.
+    let taken: Vec<redis::Value> = eval(
+        &mut conn,
+        by("extend.lua"),
+        lock,
+        &["tok-a", "60000", "", "1"],
+    )
+    .await?;
+    assert_eq!(
+        (&taken[0], &taken[4]),
+        (&redis::Value::Int(1), &redis::Value::Int(1))
+    );
+    let stale: Vec<i64> = eval(
+        &mut conn,
+        by("extend.lua"),
+        lock,
+        &["tok-a", "60000", "0", "0"],
+    )
+    .await?;
+    assert_eq!(stale, [2]);
+    let released: i64 = eval(&mut conn, by("release.lua"), lock, &["tok-a", "ch", "0"]).await?;
+    assert_eq!(released, 0);
+    // The holder's own release frees it, and wakes the waiter bob marked it for.
+    let mut pubsub = redis.client().get_async_pubsub().await?;
+    pubsub.subscribe("ch").await?;
+    let released: i64 = eval(&mut conn, by("release.lua"), lock, &["tok-a", "ch", "1"]).await?;
+    assert_eq!(released, 1);
+    assert!(!conn.exists::<_, bool>("lock").await?);
+    let message = tokio::time::timeout(common::WAIT, pubsub.on_message().next())
+        .await?
+        .expect("a wake-up");
+    assert_eq!(message.get_payload::<String>()?, "lock");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_leases_with_no_task_behind_them_are_dropped_a_bounded_run_at_a_time() -> TestResult
+{
+    let redis = TestRedis::start().await;
+    let mut conn = redis.conn().await;
+    let queues = QueueScripts::new();
+    let keys = Keys::new("t").queue("q").all.to_vec();
+    // 1,500 in-flight members whose leases ended long ago and whose tasks are gone.
+    let mut pipe = redis::pipe();
+    for n in 0..1_500 {
+        pipe.zadd(&keys[1], format!("{n:015}:gone-{n}"), 1).ignore();
+    }
+    let () = pipe.query_async(&mut conn).await?;
+    let stats = queue_script(&queues, "stats.lua");
+    // The first run returns 1,000 of them and answers AGAIN, doing nothing else.
+    let first: redis::Value = eval(&mut conn, stats, &keys, &[]).await?;
+    assert_eq!(first, redis::Value::SimpleString("AGAIN".into()));
+    assert_eq!(conn.zcard::<_, usize>(&keys[1]).await?, 500);
+    // The next returns the rest and answers.
+    let second: Vec<i64> = eval(&mut conn, stats, &keys, &[]).await?;
+    assert_eq!(second[..4], [0, 0, 0, 0]);
+    assert_eq!(conn.zcard::<_, usize>(&keys[1]).await?, 0);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peek_returns_one_task_over_budget_and_cancel_leaves_a_task_in_flight() -> TestResult {
+    let redis = TestRedis::start().await;
+    let mut conn = redis.conn().await;
+    let queues = QueueScripts::new();
+    let keys = Keys::new("t").queue("q").all.to_vec();
+    let big = "x".repeat(10_000);
+    let enqueued: Vec<i64> = eval(
+        &mut conn,
+        queue_script(&queues, "enqueue.lua"),
+        &keys,
+        &[
+            "ch", "msg", "a", &big, "n", "0", "k", "25", "0", "b", &big, "n", "0", "k", "25", "0",
+        ],
+    )
+    .await?;
+    assert_eq!(enqueued, [1, 0, enqueued[2], 1, 0, enqueued[5]]);
+    // A budget smaller than one payload still returns the first task, and only it.
+    let rows: Vec<redis::Value> = eval(
+        &mut conn,
+        queue_script(&queues, "peek.lua"),
+        &keys,
+        &["ready", "10", "1"],
+    )
+    .await?;
+    assert_eq!(rows.len(), 9);
+    assert_eq!(rows[0], redis::Value::BulkString(b"a".to_vec()));
+    // Lease one, then cancel both: the one in flight stays.
+    let leased: Vec<redis::Value> = eval(
+        &mut conn,
+        queue_script(&queues, "lease.lua"),
+        &keys,
+        &["1", "60000", "0", "4194304", "p"],
+    )
+    .await?;
+    assert_eq!(leased[1], redis::Value::BulkString(b"a".to_vec()));
+    let cancelled: Vec<String> = eval(
+        &mut conn,
+        queue_script(&queues, "cancel.lua"),
+        &keys,
+        &["a", "b"],
+    )
+    .await?;
+    assert_eq!(cancelled, ["b"]);
+    // A stale receipt acks nothing; the live one does.
+    let acked: Vec<i64> = eval(
+        &mut conn,
+        queue_script(&queues, "ack.lua"),
+        &keys,
+        &["freed", "other:a", "p:a"],
+    )
+    .await?;
+    assert_eq!(acked, [0, 1]);
+    Ok(())
+}
