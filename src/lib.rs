@@ -27,15 +27,15 @@ pub mod grpc;
 pub mod limits;
 pub mod lock;
 pub mod method;
-pub mod metrics;
+pub(crate) mod metrics;
 pub mod queue;
 pub mod redis;
 pub mod server;
 pub mod shutdown;
-pub mod tenant;
+pub(crate) mod tenant;
 pub mod time;
 pub mod token;
-pub mod validate;
+pub(crate) mod validate;
 
 /// The generated protobuf types and gRPC clients: the public surface clients build on.
 pub use grpc::pb;
