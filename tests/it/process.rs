@@ -579,6 +579,74 @@ fn bench_scale_measures_each_topology_with_its_floors() {
     assert_eq!(lines[1]["queues"], 6, "{}", lines[1]);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_against_compares_two_builds_figure_by_figure() -> TestResult {
+    // This build against itself, on a Redis of the test's: both servers must have run
+    // (each under its own key prefix), round after round.
+    let redis = TestRedis::start().await;
+    let url = redis.url();
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new(BIN)
+            .args(["bench", "lock", "pickup", "--against", BIN, "--rounds", "2"])
+            .args(["--duration", "300ms", "--concurrency", "8", "--json"])
+            .args(["--redis-url", &url])
+            .env_remove("TURNSTILE_REDIS_URL")
+            .output()
+    })
+    .await??;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let lines: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|err| panic!("{err}: {line}")))
+        .collect();
+    let scenarios: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l["scenario"].as_str())
+        .collect();
+    assert_eq!(scenarios, ["lock", "pickup"], "{stdout}");
+    for line in &lines {
+        assert_eq!(line["rounds"], 2, "{line}");
+        for figure in ["ops_per_s", "p99_ms"] {
+            let compared = &line["figures"][figure];
+            assert_fields(
+                compared,
+                &["this", "against", "ratio", "ratio_min", "ratio_max"],
+            );
+            assert_eq!(compared["this_rounds"].as_array().map(Vec::len), Some(2));
+            assert_eq!(compared["against_rounds"].as_array().map(Vec::len), Some(2));
+            let (low, ratio, high) = (
+                compared["ratio_min"].as_f64().unwrap(),
+                compared["ratio"].as_f64().unwrap(),
+                compared["ratio_max"].as_f64().unwrap(),
+            );
+            assert!(low <= ratio && ratio <= high, "{compared}");
+        }
+    }
+    // The lock's fence keys outlive its leases: both builds' servers wrote theirs.
+    let mut conn = redis.conn().await;
+    for prefix in ["turnstile:", "turnstile-against:"] {
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{prefix}*"))
+            .query_async(&mut conn)
+            .await?;
+        assert!(!keys.is_empty(), "no keys under {prefix}");
+    }
+    // Refused: a server to measure, or `scale`.
+    for args in [&["--server", "127.0.0.1:1"][..], &["scale"][..]] {
+        let refused = Command::new(BIN)
+            .args(["bench", "--against", BIN])
+            .args(args)
+            .output()?;
+        assert!(!refused.status.success(), "{args:?}");
+    }
+    Ok(())
+}
+
 #[test]
 fn bench_runs_the_fixed_length_scenarios() {
     // `delayed` spreads 2,000 tasks over 5 s and `idle` watches for 10 s by definition.

@@ -3,6 +3,7 @@
 //! shows a progress line on stderr, and prints a table (or one JSON object per
 //! scenario with `--json`). Speed is judged here, never by timed assertions in tests.
 
+mod compare;
 mod idle;
 mod locks;
 pub mod noop;
@@ -13,7 +14,7 @@ mod sample;
 mod scale;
 mod target;
 
-use std::time::Duration;
+use std::{path::PathBuf, time::Duration};
 
 use clap::{Args, ValueEnum};
 
@@ -73,6 +74,14 @@ pub struct BenchArgs {
     /// Print one JSON object per scenario instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Also run every scenario against this other `turnstile` binary (an older build),
+    /// on the same Redis, alternating the two in rounds; print each figure for both
+    /// with the ratio this / against and its spread over the rounds.
+    #[arg(long, value_name = "PATH")]
+    pub against: Option<PathBuf>,
+    /// Rounds of `--against` (each runs every scenario on both builds).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub rounds: u32,
 }
 
 /// Runs the bench; an error is one line (a scenario failed, or a check such as
@@ -83,6 +92,9 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
     } else {
         args.scenarios.clone()
     };
+    if let Some(other) = &args.against {
+        return against(&args, &scenarios, other).await;
+    }
     let target = Target::start(args.server.clone(), args.redis_url.clone()).await?;
     let result = run_scenarios(&target, &args, &scenarios).await;
     target.stop().await;
@@ -93,6 +105,74 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// `--against`: this build and `other` on one Redis, in alternating rounds.
+async fn against(
+    args: &BenchArgs,
+    scenarios: &[Scenario],
+    other: &std::path::Path,
+) -> Result<(), String> {
+    if args.server.is_some() {
+        return Err("--against starts both servers itself: leave out --server".into());
+    }
+    if scenarios.contains(&Scenario::Scale) {
+        return Err("--against does not take `scale`, which starts its own topologies".into());
+    }
+    let this = Target::start(None, args.redis_url.clone()).await?;
+    let redis_url = this.redis_url.clone().unwrap_or_default();
+    let that = match Target::other_build(&redis_url, other).await {
+        Ok(that) => that,
+        Err(err) => {
+            this.stop().await;
+            return Err(err);
+        }
+    };
+    let result = against_rounds(args, scenarios, (&this, &that)).await;
+    that.stop().await;
+    this.stop().await;
+    let all = result?;
+    if args.json {
+        for rounds in &all {
+            println!("{}", rounds.to_json());
+        }
+    } else {
+        print!("{}", compare::table(&all));
+    }
+    Ok(())
+}
+
+/// Every scenario on both builds, round after round, the order of the two swapped in
+/// every other round.
+async fn against_rounds(
+    args: &BenchArgs,
+    scenarios: &[Scenario],
+    (this, that): (&Target, &Target),
+) -> Result<Vec<compare::Rounds>, String> {
+    let mut all: Vec<compare::Rounds> = Vec::new();
+    for round in 0..args.rounds {
+        for scenario in scenarios {
+            eprintln!("round {} of {}: {scenario:?}", round + 1, args.rounds);
+            let (first, second) = if round % 2 == 0 {
+                (this, that)
+            } else {
+                (that, this)
+            };
+            let a = one_scenario(first, args, *scenario).await?;
+            let b = one_scenario(second, args, *scenario).await?;
+            let (mine, theirs) = if round % 2 == 0 { (a, b) } else { (b, a) };
+            for (mine, theirs) in mine.into_iter().zip(theirs) {
+                match all.iter_mut().find(|r| r.scenario == mine.scenario) {
+                    Some(rounds) => rounds.pairs.push((mine, theirs)),
+                    None => all.push(compare::Rounds {
+                        scenario: mine.scenario,
+                        pairs: vec![(mine, theirs)],
+                    }),
+                }
+            }
+        }
+    }
+    Ok(all)
+}
+
 async fn run_scenarios(
     target: &Target,
     args: &BenchArgs,
@@ -100,7 +180,24 @@ async fn run_scenarios(
 ) -> Result<Vec<Report>, String> {
     let mut reports = Vec::new();
     for scenario in scenarios {
-        let done = match scenario {
+        for report in one_scenario(target, args, *scenario).await? {
+            if args.json {
+                println!("{}", report.to_json());
+            }
+            reports.push(report);
+        }
+    }
+    Ok(reports)
+}
+
+/// One scenario's reports (`queue` has two).
+async fn one_scenario(
+    target: &Target,
+    args: &BenchArgs,
+    scenario: Scenario,
+) -> Result<Vec<Report>, String> {
+    Ok({
+        match scenario {
             Scenario::Lock => vec![locks::lock(target, args.concurrency, args.duration).await?],
             Scenario::Handoff => vec![locks::handoff(target, args.duration).await?],
             Scenario::Queue => vec![
@@ -112,13 +209,6 @@ async fn run_scenarios(
             Scenario::Seckill => vec![locks::seckill(target).await?],
             Scenario::Idle => vec![idle::idle(target).await?],
             Scenario::Scale => scale::scale(args.concurrency, args.duration).await?,
-        };
-        for report in done {
-            if args.json {
-                println!("{}", report.to_json());
-            }
-            reports.push(report);
         }
-    }
-    Ok(reports)
+    })
 }

@@ -3,7 +3,11 @@
 //! child for the transport floor. Children are separate processes, as in production, so
 //! the bench's own client work does not share their runtime.
 
-use std::{path::PathBuf, process::Stdio, time::Duration};
+use std::{
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::Duration,
+};
 
 use tokio::{
     io::{AsyncBufReadExt, BufReader},
@@ -74,6 +78,36 @@ impl Target {
                 target.add_server(&url, &[]).await?;
             }
         }
+        target.add_noop().await?;
+        Ok(target)
+    }
+
+    /// The server of another build, `bin`, on the Redis at `redis_url` (for `--against`),
+    /// under its own key prefix so that its keys never meet this build's; the no-op
+    /// server is this build's.
+    pub async fn other_build(redis_url: &str, bin: &Path) -> Result<Self, String> {
+        let mut target = Self {
+            servers: Vec::new(),
+            redis_url: Some(redis_url.to_owned()),
+            server_pid: None,
+            noop: String::new(),
+            children: Vec::new(),
+            embedded: None,
+            dir: None,
+        };
+        let args = [
+            "serve",
+            "--redis-url",
+            redis_url,
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--key-prefix",
+            "turnstile-against",
+        ];
+        let (child, addr) = spawn_exe(bin, &args).await?;
+        target.server_pid = child.id();
+        target.servers.push(format!("http://{addr}"));
+        target.children.push(child);
         target.add_noop().await?;
         Ok(target)
     }
@@ -194,6 +228,11 @@ async fn channels(url: &str, count: usize) -> Result<Vec<Channel>, String> {
 /// returns the child and the address it serves on. Its stderr keeps being drained.
 async fn spawn(args: &[&str]) -> Result<(Child, String), String> {
     let exe = std::env::current_exe().map_err(|err| format!("cannot find this binary: {err}"))?;
+    spawn_exe(&exe, args).await
+}
+
+/// [`spawn`] of the binary `exe`.
+async fn spawn_exe(exe: &Path, args: &[&str]) -> Result<(Child, String), String> {
     let mut child = Command::new(exe)
         .args(args)
         .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
@@ -203,7 +242,7 @@ async fn spawn(args: &[&str]) -> Result<(Child, String), String> {
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .map_err(|err| format!("cannot start {args:?}: {err}"))?;
+        .map_err(|err| format!("cannot start {} {args:?}: {err}", exe.display()))?;
     let stderr = child.stderr.take().ok_or("no stderr")?;
     let mut lines = BufReader::new(stderr).lines();
     let ready = tokio::time::timeout(Duration::from_secs(30), async {
