@@ -526,8 +526,14 @@ fn bench_runs_its_scenarios_and_reports_json() {
         ],
     );
     let floor = ["floor_ops_per_s", "ratio_to_floor"];
-    // What the run cost Redis, from INFO (the bench started the Redis, so it knows it).
-    let cost = ["redis_cpu_pct", "redis_us_per_op", "scripts_per_op"];
+    // What the run cost Redis, from INFO (the bench started the Redis, so it knows it),
+    // and the server, from its process' CPU time.
+    let cost = [
+        "redis_cpu_pct",
+        "redis_us_per_op",
+        "scripts_per_op",
+        "server_us_per_op",
+    ];
     assert_fields(&lines[0], &[&floor[..], &cost[..]].concat());
     // `queue` reports one Ack per task, then batched acks with their Redis floor.
     assert_eq!(lines[2]["acks"], "one per task", "{}", lines[2]);

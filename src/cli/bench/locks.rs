@@ -15,7 +15,7 @@ use tonic::transport::Channel;
 
 use super::{
     failed,
-    redis_cost::Usage,
+    redis_cost::{ServerCpu, Usage},
     report::{Extra, Report},
     sample::{drive, Latency, Progress},
     target::Target,
@@ -94,6 +94,7 @@ pub async fn lock(target: &Target, clients: usize, duration: Duration) -> Result
     let connections = connections_for(clients);
     let channels = target.server_channels(connections).await?;
     let before = Usage::read_if(target.redis_url.as_deref()).await?;
+    let server_before = ServerCpu::read(target);
     let turnstile = drive(
         "lock",
         cyclers(&channels, clients, "lock"),
@@ -102,6 +103,7 @@ pub async fn lock(target: &Target, clients: usize, duration: Duration) -> Result
     )
     .await?;
     let after = Usage::read_if(target.redis_url.as_deref()).await?;
+    let server_cost = server_before.map(|before| before.add_to(turnstile.count, Report::default()));
 
     let noop = target.noop_channels(connections).await?;
     let transport = drive(
@@ -131,6 +133,9 @@ pub async fn lock(target: &Target, clients: usize, duration: Duration) -> Result
     }
     if let Some((before, after)) = before.zip(after) {
         report = before.add_to(after, turnstile.count, report);
+    }
+    if let Some(cost) = server_cost {
+        report.extras.extend(cost.extras);
     }
     report.floor_ops_per_s = Some(floor);
     Ok(report)

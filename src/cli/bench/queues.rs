@@ -18,7 +18,7 @@ use tonic::transport::Channel;
 
 use super::{
     failed,
-    redis_cost::Usage,
+    redis_cost::{ServerCpu, Usage},
     report::{Extra, Report},
     sample::{Latency, Progress},
     target::Target,
@@ -216,6 +216,7 @@ pub async fn queue_over(
     let (progress, shown) = Progress::show(name.into());
     let enqueued = Arc::new(AtomicI64::new(0));
     let before = Usage::read_if(target.redis_url.as_deref()).await?;
+    let server_before = ServerCpu::read(target);
     let started = Instant::now();
     let until = started + duration;
     let mut producers = JoinSet::new();
@@ -258,6 +259,7 @@ pub async fn queue_over(
     let done = acked.load(Ordering::Relaxed);
     let elapsed = started.elapsed();
     let after = Usage::read_if(target.redis_url.as_deref()).await?;
+    let server_cost = server_before.map(|before| before.add_to(done, Report::default()));
     reporter.abort();
     while let Some(producer) = producers.join_next().await {
         producer.map_err(|e| e.to_string())??;
@@ -281,6 +283,9 @@ pub async fn queue_over(
     }
     if let Some((before, after)) = before.zip(after) {
         report = before.add_to(after, done, report);
+    }
+    if let Some(cost) = server_cost {
+        report.extras.extend(cost.extras);
     }
     if batched {
         if let Some(url) = &target.redis_url {

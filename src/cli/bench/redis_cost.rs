@@ -119,3 +119,72 @@ impl Usage {
             )
     }
 }
+
+/// The CPU time (user + sys) of the server process under test, from `/proc`, so that
+/// the server's share of an operation is a figure beside Redis' (`server_us_per_op`).
+/// Only with one server child whose pid the bench knows (not `--server`, not the
+/// replicas of `scale`).
+#[derive(Clone, Copy, Debug)]
+pub struct ServerCpu {
+    pid: u32,
+    cpu_s: f64,
+}
+
+impl ServerCpu {
+    /// Reads the server's CPU time now, when there is one server child.
+    pub fn read(target: &super::target::Target) -> Option<Self> {
+        if target.servers.len() != 1 {
+            return None;
+        }
+        let pid = target.server_pid?;
+        Some(Self {
+            pid,
+            cpu_s: cpu_seconds(pid)?,
+        })
+    }
+
+    /// Adds to `report` the server's CPU µs per operation from `self` until now, over
+    /// `ops` operations.
+    pub fn add_to(self, ops: u64, report: Report) -> Report {
+        let Some(now) = cpu_seconds(self.pid) else {
+            return report;
+        };
+        let per_op = if ops > 0 {
+            (now - self.cpu_s).max(0.0) * 1e6 / ops as f64
+        } else {
+            f64::NAN
+        };
+        report.extra("server_us_per_op", Extra::Number(per_op))
+    }
+}
+
+/// utime + stime of `pid` in seconds (fields 14 and 15 of `/proc/<pid>/stat`, after
+/// the parenthesised command name, which may hold spaces).
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_name = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    // Fields from the state (field 3): utime is field 14, stime field 15.
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    // SAFETY: sysconf only reads a constant of the system.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (ticks > 0).then(|| (utime + stime) / ticks as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn this_process_cpu_time_is_read_and_grows_with_work() {
+        let pid = std::process::id();
+        let before = super::cpu_seconds(pid).expect("own /proc stat");
+        let mut x = 0u64;
+        let started = std::time::Instant::now();
+        while started.elapsed() < std::time::Duration::from_millis(300) {
+            x = x.wrapping_mul(31).wrapping_add(7);
+        }
+        std::hint::black_box(x);
+        let after = super::cpu_seconds(pid).unwrap();
+        assert!(after > before, "{before} -> {after}");
+    }
+}
