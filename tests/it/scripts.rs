@@ -350,3 +350,34 @@ async fn peek_returns_one_task_over_budget_and_cancel_leaves_a_task_in_flight() 
     assert_eq!(acked, [0, 1]);
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ended_dedupe_windows_go_a_bounded_run_at_a_time_and_hold_nothing_meanwhile(
+) -> TestResult {
+    let redis = TestRedis::start().await;
+    let mut conn = redis.conn().await;
+    let queues = QueueScripts::new();
+    let keys = Keys::new("t").queue("q").all.to_vec();
+    let reserved = &keys[5];
+    // 5,000 windows that ended long ago, "ended-0" among them, and one still running.
+    let mut pipe = redis::pipe();
+    for n in 0..5_000 {
+        pipe.zadd(reserved, format!("ended-{n}"), 1).ignore();
+    }
+    pipe.zadd(reserved, "running", i64::MAX / 4).ignore();
+    let () = pipe.query_async(&mut conn).await?;
+    let enqueue = queue_script(&queues, "enqueue.lua");
+    let task = |id: &'static str| [id, "p", "n", "0", "k", "25", "0"];
+    let args: Vec<&str> = ["ch", "msg"]
+        .into_iter()
+        .chain(task("ended-4999"))
+        .chain(task("running"))
+        .collect();
+    let answered: Vec<i64> = eval(&mut conn, enqueue, &keys, &args).await?;
+    // The ended window holds nothing, though this run could not remove it yet; the
+    // running one refuses its id.
+    assert_eq!((answered[0], answered[3]), (1, 0), "{answered:?}");
+    assert_eq!(conn.zcard::<_, usize>(reserved).await?, 5_001 - 1_000);
+    assert!(conn.zscore::<_, _, Option<f64>>(reserved, "ended-4999").await?.is_some());
+    Ok(())
+}
