@@ -544,6 +544,13 @@ fn bench_runs_its_scenarios_and_reports_json() {
     );
     assert_eq!(lines[5]["sales"], 100, "{}", lines[5]);
     assert_eq!(lines[5]["stock"], 100, "{}", lines[5]);
+    // Each scenario says which of its goals the run met: seckill's always is.
+    for line in &lines {
+        let goals = line["goals"].as_array().expect("goals");
+        assert!(!goals.is_empty(), "{line}");
+        assert!(goals.iter().all(|goal| goal["met"].is_boolean()), "{line}");
+    }
+    assert_eq!(lines[5]["goals"][0]["met"], true, "{}", lines[5]);
 }
 
 #[test]

@@ -352,8 +352,8 @@ async fn peek_returns_one_task_over_budget_and_cancel_leaves_a_task_in_flight() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ended_dedupe_windows_go_a_bounded_run_at_a_time_and_hold_nothing_meanwhile(
-) -> TestResult {
+async fn ended_dedupe_windows_go_a_bounded_run_at_a_time_and_hold_nothing_meanwhile() -> TestResult
+{
     let redis = TestRedis::start().await;
     let mut conn = redis.conn().await;
     let queues = QueueScripts::new();
@@ -378,6 +378,9 @@ async fn ended_dedupe_windows_go_a_bounded_run_at_a_time_and_hold_nothing_meanwh
     // running one refuses its id.
     assert_eq!((answered[0], answered[3]), (1, 0), "{answered:?}");
     assert_eq!(conn.zcard::<_, usize>(reserved).await?, 5_001 - 1_000);
-    assert!(conn.zscore::<_, _, Option<f64>>(reserved, "ended-4999").await?.is_some());
+    assert!(conn
+        .zscore::<_, _, Option<f64>>(reserved, "ended-4999")
+        .await?
+        .is_some());
     Ok(())
 }

@@ -101,6 +101,7 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
     let reports = result?;
     if !args.json {
         print!("{}", report::table(&reports));
+        print!("{}", report::goals_table(&reports));
     }
     Ok(())
 }

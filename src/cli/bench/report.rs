@@ -78,6 +78,27 @@ impl Report {
             number(&mut out, "floor_ops_per_s", self.floor_ops_per_s);
             number(&mut out, "ratio_to_floor", self.ratio_to_floor());
         }
+        let goals = self.goals();
+        if !goals.is_empty() {
+            out.push_str(",\"goals\":[");
+            for (n, goal) in goals.iter().enumerate() {
+                let value = if goal.value.is_finite() {
+                    format!("{}", round(goal.value))
+                } else {
+                    "null".to_owned()
+                };
+                let _ = write!(
+                    out,
+                    "{}{{\"figure\":\"{}\",\"value\":{value},\"wanted\":\"{}\",\"bound\":{},\"met\":{}}}",
+                    if n > 0 { "," } else { "" },
+                    goal.figure,
+                    goal.wanted,
+                    goal.bound,
+                    goal.met()
+                );
+            }
+            out.push(']');
+        }
         for (key, value) in &self.extras {
             match value {
                 Extra::Number(v) => number(&mut out, key, Some(*v)),
@@ -144,4 +165,164 @@ pub fn table(reports: &[Report]) -> String {
         );
     }
     out
+}
+
+/// One goal a scenario is measured against (issue 27's table: what "fast enough"
+/// means on this 2-core machine), and whether this run met it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Goal {
+    /// The figure, as the JSON names it.
+    pub figure: &'static str,
+    /// Its value in this run (NaN when the run did not measure it).
+    pub value: f64,
+    /// `>=` or `<=`.
+    pub wanted: &'static str,
+    pub bound: f64,
+}
+
+impl Goal {
+    fn at_least(figure: &'static str, value: f64, bound: f64) -> Self {
+        Self {
+            figure,
+            value,
+            wanted: ">=",
+            bound,
+        }
+    }
+
+    fn at_most(figure: &'static str, value: f64, bound: f64) -> Self {
+        Self {
+            figure,
+            value,
+            wanted: "<=",
+            bound,
+        }
+    }
+
+    /// Whether this run met it (a figure not measured is not met).
+    pub fn met(&self) -> bool {
+        match self.wanted {
+            ">=" => self.value >= self.bound,
+            _ => self.value <= self.bound,
+        }
+    }
+}
+
+impl Report {
+    fn number(&self, key: &str) -> f64 {
+        self.extras
+            .iter()
+            .find(|(name, _)| *name == key)
+            .and_then(|(_, value)| match value {
+                Extra::Number(v) => Some(*v),
+                Extra::Count(n) => Some(*n as f64),
+                Extra::Text(_) => None,
+            })
+            .unwrap_or(f64::NAN)
+    }
+
+    fn text(&self, key: &str) -> Option<&str> {
+        self.extras.iter().find_map(|(name, value)| match value {
+            Extra::Text(text) if *name == key => Some(text.as_str()),
+            _ => None,
+        })
+    }
+
+    /// The goals of this scenario, with this run's figures.
+    pub fn goals(&self) -> Vec<Goal> {
+        let p99 = self.latency.map_or(f64::NAN, |l| l.1);
+        match self.scenario {
+            "lock" => vec![Goal::at_least(
+                "ratio_to_transport_floor",
+                self.ops_per_s / self.number("transport_floor_ops_per_s"),
+                0.6,
+            )],
+            "handoff" => vec![Goal::at_most("p99_ms", p99, 2.0)],
+            "queue" => vec![Goal::at_least("ops_per_s", self.ops_per_s, 35_000.0)],
+            "queue_batched" => vec![Goal::at_least(
+                "ratio_to_floor",
+                self.ratio_to_floor().unwrap_or(f64::NAN),
+                0.95,
+            )],
+            "pickup" => vec![Goal::at_most("p99_ms", p99, 1.0)],
+            "delayed" => vec![Goal::at_most("p99_ms", p99, 2.0)],
+            "idle" => vec![
+                Goal::at_most(
+                    "server_kb_per_waiter",
+                    self.number("server_kb_per_waiter"),
+                    10.0,
+                ),
+                Goal::at_most(
+                    "server_kb_per_stream",
+                    self.number("server_kb_per_stream"),
+                    8.0,
+                ),
+            ],
+            "seckill" => vec![Goal::at_least(
+                "sales_over_stock",
+                self.number("sales") / self.number("stock"),
+                1.0,
+            )],
+            "scale_queue" if self.text("topology") == Some("cluster of 3, 3 servers") => {
+                vec![Goal::at_least(
+                    "ratio_to_floor",
+                    self.ratio_to_floor().unwrap_or(f64::NAN),
+                    0.6,
+                )]
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// The goals of `reports` as lines under the table: each figure, its goal, met or not.
+pub fn goals_table(reports: &[Report]) -> String {
+    let mut out = String::new();
+    for report in reports {
+        for goal in report.goals() {
+            let _ = writeln!(
+                out,
+                "goal {:<14} {:<26} {:>10.3} {} {:<8} {}",
+                report.scenario,
+                goal.figure,
+                goal.value,
+                goal.wanted,
+                goal.bound,
+                if goal.met() { "met" } else { "not met" }
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_says_which_goals_it_met() {
+        let pickup = Report {
+            scenario: "pickup",
+            latency: Some((0.5, 1.4, 2.0)),
+            ..Report::default()
+        };
+        assert_eq!(pickup.goals().len(), 1);
+        assert!(!pickup.goals()[0].met());
+        let lock = Report {
+            scenario: "lock",
+            ops_per_s: 7_000.0,
+            ..Report::default()
+        }
+        .extra("transport_floor_ops_per_s", Extra::Number(10_000.0));
+        assert!(lock.goals()[0].met());
+        // A figure the run did not measure is not met.
+        let idle = Report {
+            scenario: "idle",
+            ..Report::default()
+        };
+        assert!(idle.goals().iter().all(|goal| !goal.met()));
+        let json: serde_json::Value = serde_json::from_str(&lock.to_json()).unwrap();
+        assert_eq!(json["goals"][0]["met"], true);
+        assert!(goals_table(&[pickup]).contains("not met"));
+    }
 }
