@@ -12,6 +12,7 @@ pub enum Method {
     Describe,
     ReleaseAll,
     Hold,
+    CheckFence,
     // QueueService
     Enqueue,
     Lease,
@@ -32,13 +33,14 @@ pub const QUEUE_SERVICE: &str = "turnstile.v1.QueueService";
 
 impl Method {
     /// Every method, in the order of [`Method::index`].
-    pub const ALL: [Method; 16] = [
+    pub const ALL: [Method; 17] = [
         Method::Acquire,
         Method::Release,
         Method::Extend,
         Method::Describe,
         Method::ReleaseAll,
         Method::Hold,
+        Method::CheckFence,
         Method::Enqueue,
         Method::Lease,
         Method::Ack,
@@ -65,6 +67,7 @@ impl Method {
             Method::Describe => "Describe",
             Method::ReleaseAll => "ReleaseAll",
             Method::Hold => "Hold",
+            Method::CheckFence => "CheckFence",
             Method::Enqueue => "Enqueue",
             Method::Lease => "Lease",
             Method::Ack => "Ack",
@@ -80,10 +83,24 @@ impl Method {
 
     /// The service it belongs to ([`LOCK_SERVICE`] or [`QUEUE_SERVICE`]).
     pub fn service(self) -> &'static str {
-        if self.index() <= Method::Hold.index() {
-            LOCK_SERVICE
-        } else {
-            QUEUE_SERVICE
+        match self {
+            Method::Acquire
+            | Method::Release
+            | Method::Extend
+            | Method::Describe
+            | Method::ReleaseAll
+            | Method::Hold
+            | Method::CheckFence => LOCK_SERVICE,
+            Method::Enqueue
+            | Method::Lease
+            | Method::Ack
+            | Method::Nack
+            | Method::ExtendLease
+            | Method::Peek
+            | Method::Cancel
+            | Method::Redrive
+            | Method::Stats
+            | Method::Subscribe => QUEUE_SERVICE,
         }
     }
 

@@ -74,7 +74,8 @@ impl Permission {
             | Method::Extend
             | Method::Describe
             | Method::ReleaseAll
-            | Method::Hold => Self::Lock,
+            | Method::Hold
+            | Method::CheckFence => Self::Lock,
             Method::Enqueue => Self::Produce,
             Method::Lease
             | Method::Ack

@@ -12,7 +12,7 @@ use super::{
     rpc::{self, record, Bound, ResponseStream},
 };
 use crate::{
-    error::Result,
+    error::{Error, Result},
     limits::MAX_WAIT,
     lock::{hold, AcquireOutcome, AcquireSpec, Holder, LockStore, DEFAULT_TTL, MAX_TTL, MIN_TTL},
     method::Method,
@@ -154,6 +154,36 @@ impl LockService for LockApi {
                 expires_at: until.map(timestamp_from_ms),
             })
         })
+        .await
+    }
+
+    async fn check_fence(
+        &self,
+        request: Request<pb::CheckFenceRequest>,
+    ) -> Result<Response<pb::CheckFenceResponse>, Status> {
+        rpc::unary(
+            Method::CheckFence,
+            Bound::Race,
+            request,
+            |call, r| async move {
+                let name = lock_name(&r.name)?;
+                if r.fencing_token == 0 {
+                    return Err(Error::invalid(
+                        "fencing_token",
+                        "must be a fencing token Acquire or Hold gave (above 0)",
+                    ));
+                }
+                let (current, holder) = self
+                    .store
+                    .tenant(&call.tenant)
+                    .check_fence(name, r.fencing_token)
+                    .await?;
+                Ok(pb::CheckFenceResponse {
+                    current,
+                    holder: holder.map(lock_info),
+                })
+            },
+        )
         .await
     }
 

@@ -179,6 +179,21 @@ impl LockStore {
         })
     }
 
+    /// Whether `name` is held now under exactly `fencing_token`, and its holder: one
+    /// read (`describe.lua`, read only).
+    pub async fn check_fence(
+        &self,
+        name: &str,
+        fencing_token: u64,
+    ) -> Result<(bool, Option<Holder>)> {
+        let seen = self.describe(name, "").await?;
+        let current = seen
+            .holder
+            .as_ref()
+            .is_some_and(|holder| holder.fencing_token == fencing_token);
+        Ok((current, seen.holder))
+    }
+
     /// Frees every lock `owner` holds; the names freed.
     pub async fn release_all(&self, owner: &str) -> Result<Vec<String>> {
         let index = self.redis.keys.owner_locks(owner);

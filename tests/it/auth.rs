@@ -68,13 +68,14 @@ fn write_auth_file(path: &PathBuf, grants: &[(&str, &str, &[&str])]) -> PathBuf 
 const ALL: &[&str] = &["lock", "produce", "consume", "admin"];
 
 /// Every RPC, and the permission the contract says it needs.
-const RPCS: [(&str, &str); 16] = [
+const RPCS: [(&str, &str); 17] = [
     ("Acquire", "lock"),
     ("Release", "lock"),
     ("Extend", "lock"),
     ("Describe", "lock"),
     ("ReleaseAll", "lock"),
     ("Hold", "lock"),
+    ("CheckFence", "lock"),
     ("Enqueue", "produce"),
     ("Lease", "consume"),
     ("Ack", "consume"),
@@ -124,6 +125,13 @@ async fn call(rpc: &str, locks: &mut Locks, queues: &mut Queues) -> Code {
             .map(drop),
         "ReleaseAll" => locks
             .release_all(pb::ReleaseAllRequest { owner: "o".into() })
+            .await
+            .map(drop),
+        "CheckFence" => locks
+            .check_fence(pb::CheckFenceRequest {
+                name,
+                fencing_token: 1,
+            })
             .await
             .map(drop),
         "Hold" => locks

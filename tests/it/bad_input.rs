@@ -13,10 +13,10 @@ use tonic::{Code, Status};
 use turnstile::{
     grpc::status::rich::{BadRequest, RpcStatus, BAD_REQUEST_TYPE},
     pb::{
-        task_spec::Schedule, AckRequest, AcquireRequest, CancelRequest, DescribeRequest,
-        EnqueueRequest, ExtendLeaseRequest, ExtendRequest, HoldRequest, LeaseRequest, NackRequest,
-        PeekRequest, RedriveRequest, ReleaseAllRequest, ReleaseRequest, StatsRequest,
-        SubscribeRequest, TaskSpec,
+        task_spec::Schedule, AckRequest, AcquireRequest, CancelRequest, CheckFenceRequest,
+        DescribeRequest, EnqueueRequest, ExtendLeaseRequest, ExtendRequest, HoldRequest,
+        LeaseRequest, NackRequest, PeekRequest, RedriveRequest, ReleaseAllRequest, ReleaseRequest,
+        StatsRequest, SubscribeRequest, TaskSpec,
     },
 };
 
@@ -185,6 +185,24 @@ async fn every_bad_field_of_every_rpc_is_invalid_argument_naming_it_before_redis
         DescribeRequest {
             name: "n".into(),
             token: text(1025)
+        }
+    );
+    for name in ["", &text(513)[..], CONTROL] {
+        case!(
+            locks.check_fence,
+            "name",
+            CheckFenceRequest {
+                name: name.into(),
+                fencing_token: 1
+            }
+        );
+    }
+    case!(
+        locks.check_fence,
+        "fencing_token",
+        CheckFenceRequest {
+            name: "n".into(),
+            fencing_token: 0
         }
     );
     for owner in ["", &text(257)[..], CONTROL] {
@@ -537,7 +555,7 @@ async fn every_bad_field_of_every_rpc_is_invalid_argument_naming_it_before_redis
         let status = call.await.expect_err(&label);
         assert_eq!(named_field(&status), field, "{label}");
     }
-    assert_eq!(total, 81, "cases dropped from the table");
+    assert_eq!(total, 85, "cases dropped from the table");
     assert_eq!(
         redis.command_calls("evalsha").await,
         scripts,

@@ -285,14 +285,26 @@ async fn the_python_examples_run_as_printed() -> TestResult {
         };
         let dir = guide.dir.clone();
         let addr = guide.server.addr.to_string();
-        tokio::task::spawn_blocking(move || {
+        let fencing = block.code.contains("CheckFence(");
+        let printed = tokio::task::spawn_blocking(move || {
             let mut python = Command::new(dir.join(".venv/bin/python"));
             python
                 .env("PYTHONPATH", dir.join("gen"))
                 .env("PYTHONUNBUFFERED", "1");
             run_example(python, &dir, &block, "py", &addr, until)
         })
-        .await?;
+        .await?
+        .join("\n");
+        // The storage that checks fences refuses the late write and keeps the new one.
+        if fencing {
+            for wanted in [
+                "refused: stale fencing token",
+                "held by b",
+                "stored: from b",
+            ] {
+                assert!(printed.contains(wanted), "no {wanted:?} in {printed}");
+            }
+        }
     }
     Ok(())
 }

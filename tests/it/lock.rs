@@ -18,8 +18,9 @@ use redis::AsyncCommands;
 use tokio_stream::StreamExt;
 use tonic::Code;
 use turnstile::pb::{
-    hold_response::Event, lock_service_client::LockServiceClient, AcquireRequest, DescribeRequest,
-    ExtendRequest, HoldRequest, ReleaseAllRequest, ReleaseRequest,
+    hold_response::Event, lock_service_client::LockServiceClient, AcquireRequest,
+    CheckFenceRequest, DescribeRequest, ExtendRequest, HoldRequest, ReleaseAllRequest,
+    ReleaseRequest,
 };
 
 fn acquire(name: &str, owner: &str, ttl_ms: i64, wait_ms: i64) -> AcquireRequest {
@@ -400,6 +401,66 @@ async fn describe_tells_who_holds_it_and_whether_a_token_is_the_holders(
             .await?
             .into_inner()
             .held_by_token
+    );
+    Ok(())
+}
+
+on_each_store!(check_fence_is_current_only_for_the_holders_own_fencing_token);
+async fn check_fence_is_current_only_for_the_holders_own_fencing_token(
+    redis: TestStore,
+) -> TestResult {
+    let server = TestServer::start(&redis).await;
+    let mut locks = server.locks().await;
+    let check = |fencing_token| CheckFenceRequest {
+        name: "fence".into(),
+        fencing_token,
+    };
+    // Free: no token is current, and there is no holder.
+    let free = locks.check_fence(check(1)).await?.into_inner();
+    assert!(!free.current && free.holder.is_none(), "{free:?}");
+    let first = locks
+        .acquire(acquire("fence", "alice", 10_000, 0))
+        .await?
+        .into_inner();
+    let seen = locks
+        .check_fence(check(first.fencing_token))
+        .await?
+        .into_inner();
+    assert!(seen.current, "{seen:?}");
+    let holder = seen.holder.expect("the holder");
+    assert_eq!(
+        (holder.owner.as_str(), holder.fencing_token),
+        ("alice", first.fencing_token)
+    );
+    // Another token, a neighbour of the holder's, is not current.
+    for other in [first.fencing_token - 1, first.fencing_token + 1] {
+        assert!(!locks.check_fence(check(other)).await?.into_inner().current);
+    }
+    // After the release and a new holder, the old token is stale and the new current.
+    locks.release(release("fence", &first.token)).await?;
+    assert!(
+        !locks
+            .check_fence(check(first.fencing_token))
+            .await?
+            .into_inner()
+            .current
+    );
+    let second = locks
+        .acquire(acquire("fence", "bob", 10_000, 0))
+        .await?
+        .into_inner();
+    let stale = locks
+        .check_fence(check(first.fencing_token))
+        .await?
+        .into_inner();
+    assert!(!stale.current);
+    assert_eq!(stale.holder.map(|h| h.owner), Some("bob".to_owned()));
+    assert!(
+        locks
+            .check_fence(check(second.fencing_token))
+            .await?
+            .into_inner()
+            .current
     );
     Ok(())
 }

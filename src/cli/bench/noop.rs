@@ -94,6 +94,15 @@ impl LockService for NoopLocks {
         ))
     }
 
+    async fn check_fence(
+        &self,
+        _: Request<pb::CheckFenceRequest>,
+    ) -> Result<Response<pb::CheckFenceResponse>, Status> {
+        Err(Status::unimplemented(
+            "the no-op server answers Acquire and Release only",
+        ))
+    }
+
     async fn release_all(
         &self,
         _: Request<pb::ReleaseAllRequest>,
