@@ -544,6 +544,13 @@ fn bench_runs_its_scenarios_and_reports_json() {
     );
     assert_eq!(lines[5]["sales"], 100, "{}", lines[5]);
     assert_eq!(lines[5]["stock"], 100, "{}", lines[5]);
+    // Every scenario reports the server's CPU per operation; a short run of a light
+    // scenario may stay within one tick of the process clock, so only lock and queue
+    // (above) must be positive.
+    for line in &lines {
+        let per_op = line["server_us_per_op"].as_f64();
+        assert!(per_op.is_some_and(|v| v.is_finite() && v >= 0.0), "{line}");
+    }
     // Each scenario says which of its goals the run met: seckill's always is.
     for line in &lines {
         let goals = line["goals"].as_array().expect("goals");

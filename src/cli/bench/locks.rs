@@ -190,6 +190,7 @@ pub async fn handoff(target: &Target, duration: Duration) -> Result<Report, Stri
     let channels = target.server_channels(2).await?;
     let released_at: Arc<Mutex<Option<Instant>>> = Arc::default();
     let (progress, _shown) = Progress::show("handoff".into());
+    let server = ServerCpu::read(target);
     let started = Instant::now();
     let until = started + duration;
     let mut clients = JoinSet::new();
@@ -240,9 +241,14 @@ pub async fn handoff(target: &Target, duration: Duration) -> Result<Report, Stri
         latency.merge(&client.map_err(|e| e.to_string())??);
     }
     let ops = latency.count() as f64 / started.elapsed().as_secs_f64();
-    Ok(Report::new("handoff", ops, &latency)
+    let report = Report::new("handoff", ops, &latency)
         .extra("clients", Extra::Count(CLIENTS as u64))
-        .extra("hold_ms", Extra::Number(HOLD.as_secs_f64() * 1000.0)))
+        .extra("hold_ms", Extra::Number(HOLD.as_secs_f64() * 1000.0));
+    // Per handoff: the Acquire that waited and the Release that woke it.
+    Ok(match server {
+        Some(server) => server.add_to(latency.count(), report),
+        None => report,
+    })
 }
 
 /// `seckill`: 10,000 buyers, 100 in stock, one lock around a read-then-write of the
@@ -255,6 +261,7 @@ pub async fn seckill(target: &Target) -> Result<Report, String> {
     let sales = Arc::new(AtomicU64::new(0));
     let sold_out = CancellationToken::new();
     let (progress, _shown) = Progress::show("seckill".into());
+    let server = ServerCpu::read(target);
     let started = Instant::now();
     let sold_out_after: Arc<Mutex<Option<Duration>>> = Arc::default();
     let mut buyers = JoinSet::new();
@@ -337,14 +344,17 @@ pub async fn seckill(target: &Target) -> Result<Report, String> {
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .unwrap_or_else(|| started.elapsed());
-    Ok(
-        Report::new("seckill", sales as f64 / sell_out.as_secs_f64(), &latency)
-            .extra("buyers", Extra::Count(BUYERS as u64))
-            .extra("stock", Extra::Count(STOCK as u64))
-            .extra("sales", Extra::Count(sales))
-            .extra(
-                "sell_out_ms",
-                Extra::Number(sell_out.as_secs_f64() * 1000.0),
-            ),
-    )
+    let report = Report::new("seckill", sales as f64 / sell_out.as_secs_f64(), &latency)
+        .extra("buyers", Extra::Count(BUYERS as u64))
+        .extra("stock", Extra::Count(STOCK as u64))
+        .extra("sales", Extra::Count(sales))
+        .extra(
+            "sell_out_ms",
+            Extra::Number(sell_out.as_secs_f64() * 1000.0),
+        );
+    // Per buyer: each one's calls until it bought or saw the stock gone.
+    Ok(match server {
+        Some(server) => server.add_to(BUYERS as u64, report),
+        None => report,
+    })
 }

@@ -395,6 +395,7 @@ async fn queue_floor(url: &str, duration: Duration) -> Result<(f64, f64), String
 
 /// `pickup`: one idle subscriber; tasks enqueued one at a time, 5 ms apart.
 pub async fn pickup(target: &Target, duration: Duration) -> Result<Report, String> {
+    let server = ServerCpu::read(target);
     let queue = format!("bench:pickup:{}", new_token());
     let channels = target.server_channels(2).await?;
     let epoch = Instant::now();
@@ -429,19 +430,25 @@ pub async fn pickup(target: &Target, duration: Duration) -> Result<Report, Strin
     drop(shown);
     stop.cancel();
     let latency = collect(subs).await;
-    Ok(Report::new(
+    let report = Report::new(
         "pickup",
         latency.count() as f64 / started.elapsed().as_secs_f64(),
         &latency,
     )
     .extra("sent", Extra::Count(sent))
-    .extra("delivered", Extra::Count(latency.count())))
+    .extra("delivered", Extra::Count(latency.count()));
+    // Per task: its Enqueue, dispatch, push and Ack.
+    Ok(match server {
+        Some(server) => server.add_to(latency.count(), report),
+        None => report,
+    })
 }
 
 /// `delayed`: 2,000 tasks due over 5 s, idle subscribers; lateness = delivery − due.
 pub async fn delayed(target: &Target) -> Result<Report, String> {
     const TASKS: i64 = 2_000;
     const SPREAD_MS: i64 = 5_000;
+    let server = ServerCpu::read(target);
     let queue = format!("bench:delayed:{}", new_token());
     let channels = target.server_channels(2).await?;
     let stop = CancellationToken::new();
@@ -500,11 +507,15 @@ pub async fn delayed(target: &Target) -> Result<Report, String> {
             latency.count()
         ));
     }
-    Ok(Report::new(
+    let report = Report::new(
         "delayed",
         TASKS as f64 * 1000.0 / SPREAD_MS as f64,
         &latency,
     )
     .extra("tasks", Extra::Count(TASKS as u64))
-    .extra("early", Extra::Count(early.load(Ordering::Relaxed))))
+    .extra("early", Extra::Count(early.load(Ordering::Relaxed)));
+    Ok(match server {
+        Some(server) => server.add_to(TASKS as u64, report),
+        None => report,
+    })
 }
