@@ -9,12 +9,12 @@
 //! No proto type reaches this module: its adapter, `grpc/lock.rs`, converts.
 
 mod acquire;
-pub mod hold;
+pub(crate) mod hold;
 mod model;
 mod owner_index;
 mod scripts;
 mod store;
-pub mod waiters;
+pub(crate) mod waiters;
 
 use std::{sync::Arc, time::Duration};
 

@@ -18,11 +18,11 @@ mod feed;
 mod long_poll;
 mod model;
 mod replies;
-pub mod scheduler;
+pub(crate) mod scheduler;
 mod scripts;
 mod store;
-pub mod subscribe;
-pub mod watch;
+pub(crate) mod subscribe;
+pub(crate) mod watch;
 
 use std::{future::Future, pin::Pin, sync::Arc, time::Duration};
 

@@ -12,14 +12,14 @@
 //! connection instead (`cluster.rs`), which keeps a socket per node and routes each
 //! command to its slot's primary; one name is one slot, so its calls stay in order.
 
-pub mod batch;
-pub mod cluster;
+pub(crate) mod batch;
+pub(crate) mod cluster;
 pub mod embedded;
-pub mod errors;
-pub mod events;
+pub(crate) mod errors;
+pub(crate) mod events;
 pub mod keys;
 mod pool;
-pub mod reply;
+pub(crate) mod reply;
 pub mod script;
 mod url;
 mod version;
