@@ -475,17 +475,8 @@ fn bench_json(args: &[&str], scenarios: &[&str], reported: &[&str]) -> Vec<serde
         .env_remove("TURNSTILE_REDIS_URL")
         .output()
         .expect("run bench");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let lines: Vec<serde_json::Value> = stdout
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap_or_else(|err| panic!("{err}: {line}")))
-        .collect();
-    assert_eq!(lines.len(), reported.len(), "{stdout}");
+    let lines = json_lines(&output);
+    assert_eq!(lines.len(), reported.len(), "{lines:?}");
     for (line, scenario) in lines.iter().zip(reported) {
         assert_eq!(line["scenario"], *scenario, "{line}");
         assert_fields(line, &["ops_per_s"]);
@@ -495,6 +486,20 @@ fn bench_json(args: &[&str], scenarios: &[&str], reported: &[&str]) -> Vec<serde
         }
     }
     lines
+}
+
+/// The JSON objects a successful bench printed, one a line.
+fn json_lines(output: &std::process::Output) -> Vec<serde_json::Value> {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|err| panic!("{err}: {line}")))
+        .collect()
 }
 
 /// Each field is there and a positive, finite number: a 0, a `null` (NaN) or a missing
@@ -614,21 +619,12 @@ async fn bench_against_compares_two_builds_figure_by_figure() -> TestResult {
             .output()
     })
     .await??;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let lines: Vec<serde_json::Value> = stdout
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap_or_else(|err| panic!("{err}: {line}")))
-        .collect();
+    let lines = json_lines(&output);
     let scenarios: Vec<&str> = lines
         .iter()
         .filter_map(|l| l["scenario"].as_str())
         .collect();
-    assert_eq!(scenarios, ["lock", "pickup"], "{stdout}");
+    assert_eq!(scenarios, ["lock", "pickup"], "{lines:?}");
     for line in &lines {
         assert_eq!(line["rounds"], 2, "{line}");
         for figure in ["ops_per_s", "p99_ms"] {
