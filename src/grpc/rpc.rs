@@ -284,12 +284,11 @@ pub struct Refusal {
 impl<S, B> tonic::codegen::Service<http::Request<B>> for Metered<S>
 where
     S: tonic::codegen::Service<http::Request<B>, Response = http::Response<tonic::body::Body>>,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
+    S::Future: Unpin,
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+    type Future = MeteredAnswer<S::Future>;
 
     fn poll_ready(
         &mut self,
@@ -300,15 +299,37 @@ where
 
     fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
         request.extensions_mut().insert(self.metrics.clone());
-        let metrics = self.metrics.clone();
-        let answer = self.inner.call(request);
-        Box::pin(async move {
-            let response = answer.await?;
-            if let Some(refusal) = response.extensions().get::<Refusal>() {
-                metrics.request(refusal.method, refusal.code as i32);
-            }
-            Ok(response)
-        })
+        MeteredAnswer {
+            answer: self.inner.call(request),
+            metrics: self.metrics.clone(),
+        }
+    }
+}
+
+/// The answer of a metered call, counted when the auth layer refused it. A plain
+/// wrapper, not a boxed `async` block: every call of the server passes here, and the
+/// auth layer's future is already boxed.
+pub struct MeteredAnswer<F> {
+    answer: F,
+    metrics: Metrics,
+}
+
+impl<F, E> Future for MeteredAnswer<F>
+where
+    F: Future<Output = Result<http::Response<tonic::body::Body>, E>> + Unpin,
+{
+    type Output = F::Output;
+
+    fn poll(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let this = &mut *self;
+        let response = std::task::ready!(Pin::new(&mut this.answer).poll(cx))?;
+        if let Some(refusal) = response.extensions().get::<Refusal>() {
+            this.metrics.request(refusal.method, refusal.code as i32);
+        }
+        std::task::Poll::Ready(Ok(response))
     }
 }
 

@@ -259,6 +259,17 @@ async fn without_a_known_token_every_rpc_is_unauthenticated_but_health_and_refle
         locks.describe(request).await.unwrap_err().code(),
         Code::Unauthenticated
     );
+    // Every refusal is counted, by method, though no handler ran: two per RPC (no
+    // token, a wrong one), and Describe's Basic scheme.
+    for (rpc, _) in RPCS {
+        let refused = server
+            .metric(&format!(
+                "turnstile_rpc_requests_total{{method=\"{rpc}\",code=\"UNAUTHENTICATED\"}}"
+            ))
+            .await;
+        let wanted = if rpc == "Describe" { 3.0 } else { 2.0 };
+        assert_eq!(refused, wanted, "{rpc}");
+    }
     // Health and reflection need no token.
     let mut health = tonic_health::pb::health_client::HealthClient::new(server.channel().await);
     health
@@ -306,6 +317,15 @@ async fn each_permission_allows_exactly_its_rpcs() -> TestResult {
                 assert_eq!(code, Code::PermissionDenied, "{rpc} with {permission}");
             }
         }
+    }
+    // Each RPC was refused to the three tokens without its permission, and counted.
+    for (rpc, _) in RPCS {
+        let denied = server
+            .metric(&format!(
+                "turnstile_rpc_requests_total{{method=\"{rpc}\",code=\"PERMISSION_DENIED\"}}"
+            ))
+            .await;
+        assert_eq!(denied, 3.0, "{rpc}");
     }
     Ok(())
 }
