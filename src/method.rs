@@ -111,12 +111,30 @@ impl Method {
     }
 
     /// The method an HTTP/2 path (`/turnstile.v1.LockService/Acquire`) calls, if it is
-    /// one of ours.
+    /// one of ours. Every call's auth check asks this, so it is a match, not a search
+    /// of [`Method::ALL`]; the unit test below holds it to `service` and `as_str`.
     pub fn from_path(path: &str) -> Option<Method> {
         let (service, name) = path.strip_prefix('/')?.split_once('/')?;
-        Method::ALL
-            .into_iter()
-            .find(|method| method.service() == service && method.as_str() == name)
+        Some(match (service, name) {
+            (LOCK_SERVICE, "Acquire") => Method::Acquire,
+            (LOCK_SERVICE, "Release") => Method::Release,
+            (LOCK_SERVICE, "Extend") => Method::Extend,
+            (LOCK_SERVICE, "Describe") => Method::Describe,
+            (LOCK_SERVICE, "ReleaseAll") => Method::ReleaseAll,
+            (LOCK_SERVICE, "Hold") => Method::Hold,
+            (LOCK_SERVICE, "CheckFence") => Method::CheckFence,
+            (QUEUE_SERVICE, "Enqueue") => Method::Enqueue,
+            (QUEUE_SERVICE, "Lease") => Method::Lease,
+            (QUEUE_SERVICE, "Ack") => Method::Ack,
+            (QUEUE_SERVICE, "Nack") => Method::Nack,
+            (QUEUE_SERVICE, "ExtendLease") => Method::ExtendLease,
+            (QUEUE_SERVICE, "Peek") => Method::Peek,
+            (QUEUE_SERVICE, "Cancel") => Method::Cancel,
+            (QUEUE_SERVICE, "Redrive") => Method::Redrive,
+            (QUEUE_SERVICE, "Stats") => Method::Stats,
+            (QUEUE_SERVICE, "Subscribe") => Method::Subscribe,
+            _ => return None,
+        })
     }
 }
 
