@@ -23,6 +23,8 @@ pub enum Method {
     Cancel,
     Redrive,
     Stats,
+    ConfigureQueue,
+    ConfigureGroup,
     Subscribe,
 }
 
@@ -33,7 +35,7 @@ pub const QUEUE_SERVICE: &str = "turnstile.v1.QueueService";
 
 impl Method {
     /// Every method, in the order of [`Method::index`].
-    pub const ALL: [Method; 17] = [
+    pub const ALL: [Method; 19] = [
         Method::Acquire,
         Method::Release,
         Method::Extend,
@@ -50,6 +52,8 @@ impl Method {
         Method::Cancel,
         Method::Redrive,
         Method::Stats,
+        Method::ConfigureQueue,
+        Method::ConfigureGroup,
         Method::Subscribe,
     ];
 
@@ -77,6 +81,8 @@ impl Method {
             Method::Cancel => "Cancel",
             Method::Redrive => "Redrive",
             Method::Stats => "Stats",
+            Method::ConfigureQueue => "ConfigureQueue",
+            Method::ConfigureGroup => "ConfigureGroup",
             Method::Subscribe => "Subscribe",
         }
     }
@@ -100,6 +106,8 @@ impl Method {
             | Method::Cancel
             | Method::Redrive
             | Method::Stats
+            | Method::ConfigureQueue
+            | Method::ConfigureGroup
             | Method::Subscribe => QUEUE_SERVICE,
         }
     }
@@ -132,6 +140,8 @@ impl Method {
             (QUEUE_SERVICE, "Cancel") => Method::Cancel,
             (QUEUE_SERVICE, "Redrive") => Method::Redrive,
             (QUEUE_SERVICE, "Stats") => Method::Stats,
+            (QUEUE_SERVICE, "ConfigureQueue") => Method::ConfigureQueue,
+            (QUEUE_SERVICE, "ConfigureGroup") => Method::ConfigureGroup,
             (QUEUE_SERVICE, "Subscribe") => Method::Subscribe,
             _ => return None,
         })

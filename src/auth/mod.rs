@@ -37,7 +37,7 @@ pub enum Permission {
     Produce,
     /// Lease, Ack, Nack, ExtendLease, Subscribe.
     Consume,
-    /// Peek, Stats, Cancel, Redrive.
+    /// Peek, Stats, Cancel, Redrive, ConfigureQueue, ConfigureGroup.
     Admin,
 }
 
@@ -82,7 +82,12 @@ impl Permission {
             | Method::Nack
             | Method::ExtendLease
             | Method::Subscribe => Self::Consume,
-            Method::Peek | Method::Cancel | Method::Redrive | Method::Stats => Self::Admin,
+            Method::Peek
+            | Method::Cancel
+            | Method::Redrive
+            | Method::Stats
+            | Method::ConfigureQueue
+            | Method::ConfigureGroup => Self::Admin,
         }
     }
 

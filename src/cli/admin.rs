@@ -226,6 +226,7 @@ pub async fn peek(args: PeekArgs) -> Outcome {
             queue: args.queue,
             state: pb::TaskState::from(args.state) as i32,
             limit: args.limit,
+            group: None,
         })
         .await?
         .into_inner()

@@ -12,6 +12,7 @@
 pub(crate) mod auth;
 pub mod connections;
 pub(crate) mod deadline;
+pub(crate) mod flow;
 pub(crate) mod health;
 pub(crate) mod heartbeat;
 pub(crate) mod lock;

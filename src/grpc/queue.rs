@@ -8,6 +8,7 @@ use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status};
 
 use super::{
+    flow,
     pb::{self, queue_service_server::QueueService},
     rpc::{self, record, record_count, Bound, ResponseStream},
 };
@@ -139,6 +140,8 @@ fn new_task(at: usize, spec: pb::TaskSpec) -> Result<NewTask> {
         },
         dedupe_window: validate::duration("dedupe_window", spec.dedupe_window.as_ref(), DELAY)?,
         fresh_id,
+        group: flow::group(&spec.group)?.to_owned(),
+        priority: flow::priority(spec.priority)?,
     })
 }
 
@@ -160,6 +163,8 @@ fn task_message(task: Task) -> pb::Task {
         receipt: task.receipt,
         lease_expires_at: (task.lease_expires_at_ms > 0)
             .then(|| timestamp_from_ms(task.lease_expires_at_ms)),
+        group: task.group,
+        priority: task.priority,
     }
 }
 
@@ -329,10 +334,17 @@ impl QueueService for QueueApi {
                 }
             };
             let limit = validate::count("limit", r.limit, 10, MAX_TASKS)?;
+            let group = r.group.as_deref().map(flow::group).transpose()?;
+            if group.is_some() && state != TaskState::Ready {
+                return Err(Error::invalid(
+                    "group",
+                    "applies to READY tasks only (a group's delivery order)",
+                ));
+            }
             let tasks = self
                 .store
                 .tenant(&call.tenant)
-                .peek(queue, state, limit)
+                .peek(queue, state, limit, group)
                 .await?;
             record_count(tasks.len());
             Ok(pb::PeekResponse {
@@ -405,8 +417,58 @@ impl QueueService for QueueApi {
                 dead: stats.dead,
                 oldest_ready_at: stats.oldest_ready_at_ms.map(timestamp_from_ms),
                 next_due_at: stats.next_due_at_ms.map(timestamp_from_ms),
+                config: Some(flow::config_message(stats.config)),
             })
         })
+        .await
+    }
+
+    async fn configure_queue(
+        &self,
+        request: Request<pb::ConfigureQueueRequest>,
+    ) -> Result<Response<pb::ConfigureQueueResponse>, Status> {
+        rpc::unary(
+            Method::ConfigureQueue,
+            Bound::Race,
+            request,
+            |call, r| async move {
+                let queue = queue_name(&call, &r.queue)?;
+                let change = flow::queue_change(&r)?;
+                let config = self
+                    .store
+                    .tenant(&call.tenant)
+                    .configure_queue(queue, &change)
+                    .await?;
+                Ok(pb::ConfigureQueueResponse {
+                    config: Some(flow::config_message(config)),
+                })
+            },
+        )
+        .await
+    }
+
+    async fn configure_group(
+        &self,
+        request: Request<pb::ConfigureGroupRequest>,
+    ) -> Result<Response<pb::ConfigureGroupResponse>, Status> {
+        rpc::unary(
+            Method::ConfigureGroup,
+            Bound::Race,
+            request,
+            |call, r| async move {
+                let queue = queue_name(&call, &r.queue)?;
+                let group = flow::group(&r.group)?;
+                let weight = flow::weight(r.weight)?;
+                let config = self
+                    .store
+                    .tenant(&call.tenant)
+                    .configure_group(queue, group, r.paused, weight)
+                    .await?;
+                Ok(pb::ConfigureGroupResponse {
+                    config: Some(flow::group_config_message(config)),
+                })
+            },
+        )
         .await
     }
 

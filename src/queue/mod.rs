@@ -7,6 +7,7 @@
 //! - `store.rs`: one method per script call; `replies.rs` decodes what they answer.
 //! - `long_poll.rs`: `Lease` with `wait`, and giving back what a gone caller leased.
 //! - `acks.rs`: Ack by group commit.
+//! - `config.rs`: flow control's queue and group settings (`lua/include/flow.lua`).
 //! - `watch.rs`: wake-ups of waiting `Lease` calls; `scheduler.rs`: the Subscribe
 //!   feeds of this replica; `feed.rs`: one queue's feed and its pass; `subscribe.rs`:
 //!   a Subscribe stream (its settings and the stream a caller reads).
@@ -14,6 +15,7 @@
 //! No proto type reaches the store: its adapter, `grpc/queue.rs`, converts.
 
 mod acks;
+mod config;
 mod feed;
 mod long_poll;
 mod model;
@@ -36,6 +38,10 @@ use crate::{
     },
     shutdown::Shutdown,
     tenant::Tenant,
+};
+pub use config::{
+    GroupConfig, QueueConfig, QueueConfigChange, RateLimit, MAX_RATE_LIMIT, MAX_WEIGHT,
+    RATE_PERIODS,
 };
 pub use model::{
     Dispatched, Enqueued, LeaseSpec, Leased, Nacked, NewTask, Schedule, Stats, StreamSlots, Task,

@@ -78,6 +78,10 @@ pub struct NewTask {
     /// The id is 128 random bits the server just made, so no task holds it: the
     /// script skips the duplicate lookup.
     pub fresh_id: bool,
+    /// Its group ('' for the queue's ungrouped tasks).
+    pub group: String,
+    /// 0-9, higher first within its group.
+    pub priority: u32,
 }
 
 /// What `Enqueue` did with one task.
@@ -114,6 +118,10 @@ pub struct Task {
     pub receipt: String,
     /// When this delivery's lease ends, Unix ms (0 when not leased).
     pub lease_expires_at_ms: i64,
+    /// Its group ('' for none).
+    pub group: String,
+    /// Its priority, 0-9.
+    pub priority: u32,
 }
 
 /// How a `Lease` call is to be served.
@@ -192,4 +200,6 @@ pub struct Stats {
     pub next_due_at_ms: Option<i64>,
     /// Tasks that ever went DEAD in this queue (the dead-letter counter).
     pub dead_letters: u64,
+    /// Its flow-control config.
+    pub config: super::QueueConfig,
 }

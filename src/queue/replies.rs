@@ -1,18 +1,22 @@
 //! The queue scripts' replies into model values, in one place. A task travels as a
-//! row of 9 values, written by `push_row()`/`push_fields()` in `lua/include/push_row.lua` and read
+//! row of 11 values, written by `push_row()`/`push_fields()` in `lua/include/push_row.lua` and read
 //! by [`task_rows`] here; nothing else knows the row's layout.
 
 use prost::bytes::Bytes;
 use redis::Value;
 
-use super::model::{Dispatched, Enqueued, Leased, NewTask, Stats, Task, TaskState};
+use super::{
+    model::{Dispatched, Enqueued, Leased, NewTask, Stats, Task, TaskState},
+    QueueConfig,
+};
 use crate::{
     error::{Error, Result},
     redis::reply::{bytes, int, optional_int, string},
 };
 
-/// Values per task row: id, payload, state, due, enq, att, max, receipt, lease end.
-const ROW: usize = 9;
+/// Values per task row: id, payload, state, due, enq, att, max, receipt, lease end,
+/// group, priority.
+const ROW: usize = 11;
 
 /// Rows of [`ROW`] values each.
 pub(super) fn task_rows(values: &[Value]) -> Result<Vec<Task>> {
@@ -36,6 +40,8 @@ fn task_row(r: &[Value]) -> Result<Task> {
         max_attempts: int(r, 6)? as u32,
         receipt: string(r, 7)?,
         lease_expires_at_ms: int(r, 8)?,
+        group: string(r, 9)?,
+        priority: int(r, 10)? as u32,
     })
 }
 
@@ -97,19 +103,22 @@ pub(super) fn dispatched(reply: &[Value], streams: usize) -> Result<Dispatched> 
     })
 }
 
-/// `stats.lua`: ready, delayed, in flight, dead, oldest ready (-1), next due (-1).
-pub(super) fn stats(r: &[i64]) -> Result<Stats> {
-    if r.len() != 7 {
+/// `stats.lua`: ready, delayed, in flight, dead, oldest ready (-1), next due (-1),
+/// dead letters, then the config's five values.
+pub(super) fn stats(r: &[Value]) -> Result<Stats> {
+    if r.len() != 12 {
         return Err(Error::Internal(format!("stats replied {} values", r.len())));
     }
+    let at = |n: usize| int(r, n).map(|ms| (ms >= 0).then_some(ms));
     Ok(Stats {
-        ready: r[0] as u64,
-        delayed: r[1] as u64,
-        in_flight: r[2] as u64,
-        dead: r[3] as u64,
-        oldest_ready_at_ms: (r[4] >= 0).then_some(r[4]),
-        next_due_at_ms: (r[5] >= 0).then_some(r[5]),
-        dead_letters: r[6] as u64,
+        ready: int(r, 0)? as u64,
+        delayed: int(r, 1)? as u64,
+        in_flight: int(r, 2)? as u64,
+        dead: int(r, 3)? as u64,
+        oldest_ready_at_ms: at(4)?,
+        next_due_at_ms: at(5)?,
+        dead_letters: int(r, 6)? as u64,
+        config: QueueConfig::from_reply(&r[7..])?,
     })
 }
 
@@ -129,6 +138,8 @@ mod tests {
             Value::Int(25),
             text("r:1"),
             Value::Int(99),
+            text("g"),
+            Value::Int(3),
         ]
     }
 
@@ -154,7 +165,11 @@ mod tests {
     #[test]
     fn rows_of_the_wrong_length_or_state_are_internal() {
         let mut values = row("a", "ready");
-        assert_eq!(task_rows(&values).unwrap()[0].id, "a");
+        let task = &task_rows(&values).unwrap()[0];
+        assert_eq!(
+            (task.id.as_str(), task.group.as_str(), task.priority),
+            ("a", "g", 3)
+        );
         values.pop();
         assert!(task_rows(&values).is_err());
         assert!(task_rows(&row("a", "sleeping")).is_err());

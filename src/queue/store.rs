@@ -59,7 +59,9 @@ impl QueueStore {
                     (false, false) => "k",
                 })
                 .arg(task.max_attempts)
-                .arg(task.dedupe_window.as_millis() as u64);
+                .arg(task.dedupe_window.as_millis() as u64)
+                .arg(task.priority)
+                .arg(&task.group);
         }
         let reply: Vec<i64> = self.invoke_reclaiming(&call).await?;
         replies::enqueued(tasks, &reply)
@@ -141,7 +143,9 @@ impl QueueStore {
     pub(super) async fn ack_script(&self, queue: &str, receipts: &[String]) -> Result<Vec<bool>> {
         let keys = self.keys(queue);
         let mut call = call(&self.scripts.ack, &keys);
-        call.arg(self.redis.keys.channel(Event::SlotFreed));
+        call.arg(self.redis.keys.channel(Event::SlotFreed))
+            .arg(self.redis.keys.channel(Event::QueueChanged))
+            .arg(keys.pending());
         for receipt in receipts {
             call.arg(receipt);
         }
@@ -180,13 +184,22 @@ impl QueueStore {
         Ok((reply.first() == Some(&1)).then(|| reply.get(1).copied().unwrap_or(0)))
     }
 
-    /// Tasks of one state, in delivery order, without receipts.
-    pub async fn peek(&self, queue: &str, state: TaskState, limit: u32) -> Result<Vec<Task>> {
+    /// Tasks of one state, in delivery order, without receipts; with a group, that
+    /// group's READY tasks in its order.
+    pub async fn peek(
+        &self,
+        queue: &str,
+        state: TaskState,
+        limit: u32,
+        group: Option<&str>,
+    ) -> Result<Vec<Task>> {
         let keys = self.keys(queue);
         let mut call = call(&self.scripts.peek, &keys);
         call.arg(state.as_script_arg())
             .arg(limit)
-            .arg(REPLY_BUDGET_BYTES);
+            .arg(REPLY_BUDGET_BYTES)
+            .arg(if group.is_some() { "1" } else { "0" })
+            .arg(group.unwrap_or_default());
         let reply: Vec<redis::Value> = self.invoke_reclaiming(&call).await?;
         replies::task_rows(&reply)
     }
@@ -237,7 +250,7 @@ impl QueueStore {
     /// Queue depths.
     pub async fn stats(&self, queue: &str) -> Result<Stats> {
         let keys = self.keys(queue);
-        let reply: Vec<i64> = self
+        let reply: Vec<redis::Value> = self
             .invoke_reclaiming(&call(&self.scripts.stats, &keys))
             .await?;
         replies::stats(&reply)

@@ -44,8 +44,9 @@ pub struct LockKeys {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QueueKeys {
     /// Every key, in script order: pending, inflight, dead, tasks, payloads, reserved,
-    /// seq, leased, counters.
-    pub all: [String; 9],
+    /// seq, leased, counters, then flow control's config, ready, ranked, rotation,
+    /// groups, wakeups (`src/queue/lua/include/keys.lua` says what each holds).
+    pub all: [String; 15],
 }
 
 impl QueueKeys {
@@ -124,7 +125,7 @@ impl Keys {
         QueueKeys {
             all: [
                 "pending", "inflight", "dead", "tasks", "payloads", "reserved", "seq", "leased",
-                "counters",
+                "counters", "config", "ready", "ranked", "rotation", "groups", "wakeups",
             ]
             .map(|part| format!("{base}:{part}")),
         }

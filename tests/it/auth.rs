@@ -518,6 +518,7 @@ async fn attack_every_rpc(locks: &mut Locks, queues: &mut Queues, victim: &Victi
                 queue: name.clone(),
                 state: state as i32,
                 limit: 0,
+                group: None,
             })
             .await
             .expect("peek");

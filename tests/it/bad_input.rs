@@ -444,6 +444,7 @@ async fn every_bad_field_of_every_rpc_is_invalid_argument_naming_it_before_redis
         queue: "q".into(),
         state: 0,
         limit: 0,
+        group: None,
     };
     case!(
         queues.peek,

@@ -131,6 +131,7 @@ async fn peek(
             queue: queue.into(),
             state: state as i32,
             limit: 100,
+            group: None,
         })
         .await?
         .into_inner()

@@ -418,6 +418,7 @@ async fn with_wait_replicas_no_confirmed_task_is_lost_when_its_primary_fails() -
                     queue: queue.into(),
                     state: pb::TaskState::Ready as i32,
                     limit: 1000,
+                    group: None,
                 })
                 .await
         }

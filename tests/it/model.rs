@@ -557,6 +557,7 @@ impl Run {
                             max_attempts: s.max_attempts,
                             dedupe_window: (s.dedupe_ms > 0)
                                 .then(|| common::ms(s.dedupe_ms).unwrap()),
+                            ..Default::default()
                         })
                         .collect(),
                 })
@@ -629,6 +630,7 @@ impl Run {
                     queue: q(),
                     state: state as i32,
                     limit,
+                    group: None,
                 })
                 .await
                 .map(|r| Actual::Tasks(r.into_inner().tasks)),

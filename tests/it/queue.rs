@@ -104,6 +104,7 @@ async fn peek(
             queue: "q".into(),
             state: state as i32,
             limit,
+            group: None,
         })
         .await?
         .into_inner()
@@ -936,7 +937,8 @@ async fn every_rpc(
         PeekRequest {
             queue: q(),
             state: 0,
-            limit: 0
+            limit: 0,
+            group: None,
         }
     );
     call!(
@@ -1124,6 +1126,7 @@ async fn bad_queue_input_is_invalid_argument_naming_the_field(redis: TestStore) 
                 queue: "q".into(),
                 state: 0,
                 limit: 1001,
+                group: None,
             })
             .await,
         "limit",
@@ -1134,6 +1137,7 @@ async fn bad_queue_input_is_invalid_argument_naming_the_field(redis: TestStore) 
                 queue: "q".into(),
                 state: 42,
                 limit: 1,
+                group: None,
             })
             .await,
         "state",

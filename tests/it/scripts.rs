@@ -38,7 +38,7 @@ fn queue_script<'a>(scripts: &'a QueueScripts, name: &str) -> &'a Script {
 fn every_script_carries_only_the_helpers_it_names_and_no_bare_keys() {
     let (locks, queues) = (LockScripts::new(), QueueScripts::new());
     let all: Vec<&Script> = locks.all().into_iter().chain(queues.all()).collect();
-    assert_eq!(all.len(), 18);
+    assert_eq!(all.len(), 20);
     for script in &all {
         let source = script.source;
         // Read only exactly when it says so on its first line, which Redis enforces.
@@ -289,8 +289,8 @@ async fn expired_leases_with_no_task_behind_them_are_dropped_a_bounded_run_at_a_
     assert_eq!(first, redis::Value::SimpleString("AGAIN".into()));
     assert_eq!(conn.zcard::<_, usize>(&keys[1]).await?, 500);
     // The next returns the rest and answers.
-    let second: Vec<i64> = eval(&mut conn, stats, &keys, &[]).await?;
-    assert_eq!(second[..4], [0, 0, 0, 0]);
+    let second: Vec<redis::Value> = eval(&mut conn, stats, &keys, &[]).await?;
+    assert_eq!(second[..4], [0, 0, 0, 0].map(redis::Value::Int));
     assert_eq!(conn.zcard::<_, usize>(&keys[1]).await?, 0);
     Ok(())
 }
@@ -307,7 +307,8 @@ async fn peek_returns_one_task_over_budget_and_cancel_leaves_a_task_in_flight() 
         queue_script(&queues, "enqueue.lua"),
         &keys,
         &[
-            "ch", "msg", "a", &big, "n", "0", "k", "25", "0", "b", &big, "n", "0", "k", "25", "0",
+            "ch", "msg", "a", &big, "n", "0", "k", "25", "0", "0", "", "b", &big, "n", "0", "k",
+            "25", "0", "0", "",
         ],
     )
     .await?;
@@ -317,10 +318,10 @@ async fn peek_returns_one_task_over_budget_and_cancel_leaves_a_task_in_flight() 
         &mut conn,
         queue_script(&queues, "peek.lua"),
         &keys,
-        &["ready", "10", "1"],
+        &["ready", "10", "1", "0", ""],
     )
     .await?;
-    assert_eq!(rows.len(), 9);
+    assert_eq!(rows.len(), 11);
     assert_eq!(rows[0], redis::Value::BulkString(b"a".to_vec()));
     // Lease one, then cancel both: the one in flight stays.
     let leased: Vec<redis::Value> = eval(
@@ -344,7 +345,7 @@ async fn peek_returns_one_task_over_budget_and_cancel_leaves_a_task_in_flight() 
         &mut conn,
         queue_script(&queues, "ack.lua"),
         &keys,
-        &["freed", "other:a", "p:a"],
+        &["freed", "ch", "msg", "other:a", "p:a"],
     )
     .await?;
     assert_eq!(acked, [0, 1]);
@@ -367,7 +368,7 @@ async fn ended_dedupe_windows_go_a_bounded_run_at_a_time_and_hold_nothing_meanwh
     pipe.zadd(reserved, "running", i64::MAX / 4).ignore();
     let () = pipe.query_async(&mut conn).await?;
     let enqueue = queue_script(&queues, "enqueue.lua");
-    let task = |id: &'static str| [id, "p", "n", "0", "k", "25", "0"];
+    let task = |id: &'static str| [id, "p", "n", "0", "k", "25", "0", "0", ""];
     let args: Vec<&str> = ["ch", "msg"]
         .into_iter()
         .chain(task("ended-4999"))

@@ -334,6 +334,8 @@ async fn queue_floor(url: &str, duration: Duration) -> Result<(f64, f64), String
                         max_attempts: turnstile::queue::DEFAULT_MAX_ATTEMPTS,
                         dedupe_window: Duration::ZERO,
                         fresh_id: true,
+                        group: String::new(),
+                        priority: 0,
                     })
                     .collect();
                 enqueued.fetch_add(BATCH as i64, Ordering::Relaxed);

@@ -1,9 +1,10 @@
 -- ack.lua: finish deliveries by receipt; a stale receipt changes nothing.
 -- KEYS: the queue's nine keys (include/keys.lua)
--- ARGV[1] the slot-freed channel, then the receipts
+-- ARGV[1] the slot-freed channel, ARGV[2] the queue-changed channel, ARGV[3] its
+-- message, then the receipts
 -- Clock: Redis TIME (a lease that ran out makes its receipt stale).
 -- Returns one 0/1 per receipt; publishes each Subscribe tag that got slots back,
--- once per call.
+-- once per call, and (flow mode, a cap set) that the queue may deliver again.
 --- @include "keys"
 --- @include "now_ms"
 --- @include "meta"
@@ -11,12 +12,15 @@
 --- @include "receipt"
 --- @include "delivery"
 --- @include "ending"
-local slot_freed_channel = ARGV[1]
+--- @include "flow"
+local slot_freed_channel, changed_channel, changed_message = ARGV[1], ARGV[2], ARGV[3]
+local FIRST = 4
 
 local now = now_ms()
+open_flow(now)
 local ids = {}
-for i = 2, #ARGV do
-  ids[i - 1] = receipt_id(ARGV[i]) or ''
+for i = FIRST, #ARGV do
+  ids[i - FIRST + 1] = receipt_id(ARGV[i]) or ''
 end
 -- Each receipt is checked on its unpacked fields, not a meta table: this loop is most
 -- of the script's time.
@@ -26,10 +30,11 @@ for n, id in ipairs(ids) do
   local raw = raws[n]
   out[n] = 0
   if raw and not done[id] then
-    local seq, _, _, _, _, dedupe_ms, _, lease_end, state, receipt, tag = meta_fields(raw)
-    if live_fields(state, receipt, lease_end, ARGV[n + 1], now) then
+    local seq, _, _, _, _, dedupe_ms, _, lease_end, state, receipt, tag, _, _, group =
+      meta_fields(raw)
+    if live_fields(state, receipt, lease_end, ARGV[n + FIRST - 1], now) then
       done[id] = true
-      ends.unlease_fields(id, seq, tag)
+      ends.unlease_fields(id, seq, tag, group)
       ends.forget_fields(id, dedupe_ms, now)
       if tag ~= '' then
         tags[tag] = true
@@ -38,7 +43,9 @@ for n, id in ipairs(ids) do
     end
   end
 end
-ends.flush()
+if ends.flush() then
+  redis.call('PUBLISH', changed_channel, changed_message)
+end
 for tag in pairs(tags) do
   redis.call('PUBLISH', slot_freed_channel, tag)
 end

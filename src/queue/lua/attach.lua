@@ -6,7 +6,7 @@
 -- Clock: Redis TIME.
 -- A run that returned a full run's worth of expired leases answers AGAIN and does
 -- nothing else (include/reclaim.lua); the store runs it again.
--- Returns 9 per task as include/push_row.lua's push_row().
+-- Returns 11 per task as include/push_row.lua's push_row().
 --- @include "keys"
 --- @include "now_ms"
 --- @include "meta"
@@ -14,9 +14,11 @@
 --- @include "leased_index"
 --- @include "lease_out"
 --- @include "push_row"
+--- @include "flow"
 local tag, session, visibility_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
 
 local now = now_ms()
+open_flow(now)
 if reclaim(now) then
   return again()
 end

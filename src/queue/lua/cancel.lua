@@ -12,7 +12,9 @@
 --- @include "load"
 --- @include "reclaim"
 --- @include "ending"
+--- @include "flow"
 local now = now_ms()
+open_flow(now)
 -- A task whose lease ran out is no longer in flight: it may be cancelled.
 if reclaim(now) then
   return again()
@@ -23,9 +25,7 @@ for i = 1, #ARGV do
   local meta = not done[id] and load(id)
   if meta and meta.state ~= IN_FLIGHT then
     done[id] = true
-    local entry = member_of(meta, id)
-    redis.call('ZREM', pending, entry)
-    redis.call('ZREM', dead, entry)
+    unplace(id, meta)
     ends.forget(id, meta, now)
     out[#out + 1] = id
   end

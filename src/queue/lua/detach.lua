@@ -13,9 +13,11 @@
 --- @include "lease_out"
 --- @include "ending"
 --- @include "give_back"
+--- @include "flow"
 local changed_channel, changed_message, grace = ARGV[1], ARGV[2], tonumber(ARGV[3])
 
 local now = now_ms()
+open_flow(now)
 local returned, kept, ends = 0, 0, ending()
 for i = 4, #ARGV, 2 do
   local tag, session = ARGV[i], ARGV[i + 1]
@@ -30,8 +32,7 @@ for i = 4, #ARGV, 2 do
     end
   end)
 end
-ends.flush()
-if returned > 0 then
+if ends.flush() or returned > 0 then
   redis.call('PUBLISH', changed_channel, changed_message)
 end
 return {returned, kept}

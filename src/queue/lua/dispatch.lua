@@ -9,8 +9,11 @@
 -- Clock: Redis TIME.
 -- A run that returned a full run's worth of expired leases answers AGAIN and does
 -- nothing else (include/reclaim.lua); the store runs it again.
+-- In flow mode (include/flow.lua) the tasks go in the rotation of groups, within the
+-- queue's and groups' pause, caps and rate limits, and next_pending is when to look
+-- again (next_start()).
 -- Returns {now, next_pending, next_lease_end, held_1..held_n, rows...}: next_* are -1
--- when none; held_i is stream i's deliveries after this call; then 10 per task:
+-- when none; held_i is stream i's deliveries after this call; then 12 per task:
 -- the stream's index (1-based), then include/push_row.lua's push_fields().
 --- @include "keys"
 --- @include "now_ms"
@@ -23,10 +26,12 @@
 --- @include "lease_out"
 --- @include "first_score"
 --- @include "push_row"
+--- @include "flow"
 local receipt_prefix, budget = ARGV[1], tonumber(ARGV[2])
 
 local now = now_ms()
-if reclaim(now) then
+open_flow(now)
+if reclaim(now) or (flow.on and promote(now)) then
   return again()
 end
 local streams = {}
@@ -41,11 +46,20 @@ for i = 3, #ARGV, 4 do
     lease_end_score = string.format('%d', lease_end), held = held, free = free}
   free_total = free_total + free
 end
-local due = {}
-if free_total > 0 then
-  due = redis.call('ZRANGEBYSCORE', pending, '-inf', now, 'LIMIT', 0, free_total)
+-- The pending members to deliver, their ids, packed metas and payloads.
+local due, ids, raws, bodies, retry_at = {}, {}, {}, {}, nil
+if flow.on then
+  wake_groups(now)
+  if free_total > 0 then
+    due, ids, raws, retry_at = pick(free_total, budget, now, false)
+    bodies = hmget(payloads, ids)
+  end
+else
+  if free_total > 0 then
+    due = redis.call('ZRANGEBYSCORE', pending, '-inf', now, 'LIMIT', 0, free_total)
+  end
+  ids, raws, bodies = within_budget(due, budget)
 end
-local ids, raws, bodies = within_budget(due, budget)
 -- Round robin: #ids <= free_total, so the inner loop always finds a stream with a
 -- free slot. The rows go straight into the reply after its head (filled in last).
 -- Each task is handled in locals, not a meta table: this loop is most of the
@@ -67,13 +81,14 @@ for n, id in ipairs(ids) do
     stream.free = stream.free - 1
     stream.held = stream.held + 1
     -- take() and lease_out() on the unpacked fields (the old lease's are replaced).
-    local seq, due_at, enqueued_at, attempt, max_attempts, dedupe_ms, size = meta_fields(raw)
+    local seq, due_at, enqueued_at, attempt, max_attempts, dedupe_ms, size, _, _, _, _, _,
+      priority, group = meta_fields(raw)
     attempt = attempt + 1
     local receipt = receipt_of(receipt_prefix, id)
     nw = nw + 2
     writes[nw - 1] = id
     writes[nw] = pack_fields(seq, due_at, enqueued_at, attempt, max_attempts, dedupe_ms,
-      size, stream.lease_end, IN_FLIGHT, receipt, stream.tag, stream.session)
+      size, stream.lease_end, IN_FLIGHT, receipt, stream.tag, stream.session, priority, group)
     leases[nw - 1] = stream.lease_end_score
     leases[nw] = due[n]
     entries[nw - 1] = '0'
@@ -81,15 +96,20 @@ for n, id in ipairs(ids) do
     -- The stream's index, then the task's row.
     out[#out + 1] = k
     push_fields(out, id, bodies[n], 'in_flight', due_at, enqueued_at, attempt, max_attempts,
-      receipt, stream.lease_end)
+      receipt, stream.lease_end, group, priority)
     k = k % #streams + 1
   end
 end
-write_deliveries(#ids, writes, leases)
+write_deliveries(flow.on and 0 or #ids, writes, leases)
 if #entries > 0 then
   bulk('ZADD', leased, entries)
 end
-out[2], out[3] = first_score(pending), first_score(inflight)
+if flow.on then
+  out[2] = next_start(now, retry_at)
+else
+  out[2] = first_score(pending)
+end
+out[3] = first_score(inflight)
 for n, stream in ipairs(streams) do
   out[3 + n] = stream.held
 end

@@ -1,9 +1,11 @@
 -- enqueue.lua: add a batch of tasks atomically, deduplicated by id.
 -- KEYS: the queue's nine keys (include/keys.lua)
 -- ARGV[1] the queue-changed channel, ARGV[2] the message (the pending key)
--- then 7 per task: id, payload, schedule ('n' now | 'd' delay ms | 'a' due at ms),
+-- then 9 per task: id, payload, schedule ('n' now | 'd' delay ms | 'a' due at ms),
 --   schedule value, policy ('k' keep | 'r' replace | 'u' unique: a fresh random id
---   the server made, never looked up), max_attempts, dedupe window ms
+--   the server made, never looked up), max_attempts, dedupe window ms, priority (0-9),
+--   group ('' none). A task with a group or a priority puts the queue in flow mode
+--   (include/flow.lua); there a task due now is READY in its group at once.
 -- Clock: Redis TIME.
 -- A run that returned a full run's worth of expired leases answers AGAIN and does
 -- nothing else (include/reclaim.lua); the store runs it again.
@@ -17,9 +19,11 @@
 --- @include "bulk"
 --- @include "load"
 --- @include "reclaim"
+--- @include "flow"
 local changed_channel, changed_message = ARGV[1], ARGV[2]
 
 local now = now_ms()
+open_flow(now)
 -- Scores go to ZADD as strings: converting a Lua number costs more than the ZADD.
 local now_score = string.format('%d', now)
 -- A task whose lease ran out is READY (or DEAD) again, even before a Lease returned
@@ -37,10 +41,13 @@ if #ended > 0 then
 end
 -- Only ids a client chose are looked up (stored task, dedupe window).
 local ids, chosen = {}, {}
-for i = 3, #ARGV, 7 do
+for i = 3, #ARGV, 9 do
   ids[#ids + 1] = ARGV[i]
   if ARGV[i + 4] ~= 'u' then
     chosen[#chosen + 1] = #ids
+  end
+  if ARGV[i + 7] ~= '0' or ARGV[i + 8] ~= '' then
+    enter_flow()
   end
 end
 local stored, held = {}, {}
@@ -64,7 +71,7 @@ end
 local planned, order, removed = {}, {}, {}
 local out, no = {}, 0
 for n, id in ipairs(ids) do
-  local i = 3 + (n - 1) * 7
+  local i = 3 + (n - 1) * 9
   local kind, value = ARGV[i + 2], tonumber(ARGV[i + 3])
   local due, score = now, now_score
   if kind == 'd' then
@@ -83,24 +90,24 @@ for n, id in ipairs(ids) do
     out[no + 1], out[no + 2], out[no + 3] = 0, 0, meta.due
   else
     if meta and not plan then
-      removed[#removed + 1] = member_of(meta, id)
+      removed[#removed + 1] = {id, meta}
     end
     order[#order + 1] = id
     planned[id] = {due = due, enqueued_at = meta and meta.enqueued_at or now, attempt = 0,
       max_attempts = tonumber(ARGV[i + 5]), dedupe_ms = tonumber(ARGV[i + 6]),
-      size = #ARGV[i + 1], state = PENDING, payload = ARGV[i + 1], score = score, at = #order}
+      size = #ARGV[i + 1], state = PENDING, payload = ARGV[i + 1], score = score, at = #order,
+      priority = tonumber(ARGV[i + 7]), group = ARGV[i + 8]}
     local created = meta and 0 or 1
     out[no + 1], out[no + 2], out[no + 3] = created, 1 - created, due
   end
   no = no + 3
 end
 if #order > 0 then
-  if #removed > 0 then
-    bulk('ZREM', pending, removed)
-    bulk('ZREM', dead, removed)
+  for _, old in ipairs(removed) do
+    unplace(old[1], old[2])
   end
   local seq = redis.call('INCRBY', enqueue_seq, #order) - #order
-  local metas, bodies, members = {}, {}, {}
+  local metas, bodies, members, r = {}, {}, {}, readying()
   for at, id in ipairs(order) do
     local plan = planned[id]
     if plan.at == at then
@@ -108,12 +115,19 @@ if #order > 0 then
       plan.seq = string.format('%015d', seq)
       metas[#metas + 1] = id; metas[#metas + 1] = encode(plan)
       bodies[#bodies + 1] = id; bodies[#bodies + 1] = plan.payload
-      members[#members + 1] = plan.score; members[#members + 1] = member_of(plan, id)
+      if flow.on and plan.due <= now then
+        r.add(id, plan.seq, plan.priority, plan.due, plan.group)
+      else
+        members[#members + 1] = plan.score; members[#members + 1] = member_of(plan, id)
+      end
     end
   end
   bulk('HSET', tasks, metas)
   bulk('HSET', payloads, bodies)
-  bulk('ZADD', pending, members)
+  if #members > 0 then
+    bulk('ZADD', pending, members)
+  end
+  r.place()
   redis.call('PUBLISH', changed_channel, changed_message)
 end
 return out

@@ -10,9 +10,11 @@
 --- @include "delivery"
 --- @include "ending"
 --- @include "give_back"
+--- @include "flow"
 local changed_channel, changed_message = ARGV[1], ARGV[2]
 
 local now = now_ms()
+open_flow(now)
 local returned, ends = 0, ending()
 for i = 3, #ARGV do
   local id, meta = delivery(ARGV[i], now)
@@ -20,8 +22,7 @@ for i = 3, #ARGV do
     returned = returned + 1
   end
 end
-ends.flush()
-if returned > 0 then
+if ends.flush() or returned > 0 then
   redis.call('PUBLISH', changed_channel, changed_message)
 end
 return returned

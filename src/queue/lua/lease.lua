@@ -7,8 +7,11 @@
 -- Clock: Redis TIME.
 -- A run that returned a full run's worth of expired leases answers AGAIN and does
 -- nothing else (include/reclaim.lua); the store runs it again.
--- Returns {next_due, rows...}: next_due is the score of the first pending task not
--- taken (or of the first lease to expire, if sooner; -1 if none), then 9 per task
+-- In flow mode (include/flow.lua) the tasks come in the rotation of groups, within the
+-- queue's and groups' pause, caps and rate limits.
+-- Returns {next_due, rows...}: next_due is when to look again: the first pending task
+-- not taken (flow mode: next_start()), or the first lease to expire, if sooner; -1 if
+-- none; then 11 per task
 -- as include/push_row.lua's push_row().
 --- @include "keys"
 --- @include "now_ms"
@@ -19,16 +22,25 @@
 --- @include "ending"
 --- @include "first_score"
 --- @include "push_row"
+--- @include "flow"
 local max_tasks, visibility, auto_ack = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1'
 local budget, receipt_prefix = tonumber(ARGV[4]), ARGV[5]
 
 local now = now_ms()
-if reclaim(now) then
+open_flow(now)
+if reclaim(now) or (flow.on and promote(now)) then
   return again()
 end
 local lease_end_score = string.format('%d', now + visibility)
-local due = redis.call('ZRANGEBYSCORE', pending, '-inf', now, 'LIMIT', 0, max_tasks)
-local ids, raws, bodies = within_budget(due, budget)
+local due, ids, raws, bodies, retry_at
+if flow.on then
+  wake_groups(now)
+  due, ids, raws, retry_at = pick(max_tasks, budget, now, auto_ack)
+  bodies = hmget(payloads, ids)
+else
+  due = redis.call('ZRANGEBYSCORE', pending, '-inf', now, 'LIMIT', 0, max_tasks)
+  ids, raws, bodies = within_budget(due, budget)
+end
 local out, writes, leases, ends = {0}, {}, {}, ending()
 for n, id in ipairs(ids) do
   local meta = raws[n] and decode(raws[n])
@@ -44,9 +56,12 @@ for n, id in ipairs(ids) do
     push_row(out, id, meta, bodies[n], now)
   end
 end
-write_deliveries(#ids, writes, leases)
+write_deliveries(flow.on and 0 or #ids, writes, leases)
 ends.flush()
 local next_due, first_lease_end = first_score(pending), first_score(inflight)
+if flow.on then
+  next_due = next_start(now, retry_at)
+end
 if first_lease_end >= 0 and (next_due < 0 or first_lease_end < next_due) then
   next_due = first_lease_end
 end

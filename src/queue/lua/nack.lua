@@ -10,23 +10,28 @@
 --- @include "delivery"
 --- @include "ending"
 --- @include "give_back"
+--- @include "flow"
 local receipt, delay_ms, changed_channel, changed_message, slot_freed_channel =
   ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5]
 
 local now = now_ms()
+open_flow(now)
 local id, meta = delivery(receipt, now)
 if not id then
   return {0, 0}
 end
 local ends = ending()
 ends.unlease(id, meta)
-ends.flush()
+local freed = ends.flush()
 local tag = meta.tag
 local state = give_back(id, meta, now + delay_ms)
 if tag then
   redis.call('PUBLISH', slot_freed_channel, tag)
 end
 if state == DEAD then
+  if freed then
+    redis.call('PUBLISH', changed_channel, changed_message)
+  end
   return {0, 1}
 end
 redis.call('PUBLISH', changed_channel, changed_message)

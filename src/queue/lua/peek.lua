@@ -5,11 +5,12 @@
 -- it does not wait for replicas (@no-replica-wait).
 -- KEYS: the queue's nine keys (include/keys.lua)
 -- ARGV[1] state ('ready' | 'delayed' | 'in_flight' | 'dead'), ARGV[2] limit,
--- ARGV[3] the most payload bytes to return (always at least one task)
+-- ARGV[3] the most payload bytes to return (always at least one task), ARGV[4] '1' when
+-- ARGV[5] names a group (READY only: that group's tasks in its order)
 -- Clock: Redis TIME.
 -- A run that returned a full run's worth of expired leases answers AGAIN and does
 -- nothing else (include/reclaim.lua); the store runs it again.
--- Returns 9 per task as include/push_row.lua's push_row(), receipts blanked.
+-- Returns 11 per task as include/push_row.lua's push_row(), receipts blanked.
 --- @no-replica-wait
 --- @include "keys"
 --- @include "now_ms"
@@ -17,14 +18,42 @@
 --- @include "reclaim"
 --- @include "within_budget"
 --- @include "push_row"
+--- @include "flow"
 local wanted, limit, budget = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local group = ARGV[4] == '1' and ARGV[5] or nil
 
 local now = now_ms()
-if reclaim(now) then
+open_flow(now)
+if reclaim(now) or (flow.on and promote(now)) then
   return again()
 end
+-- A group's READY tasks in its delivery order: the task it must deliver next first.
+local function group_members()
+  local members = {}
+  local head = redis.call('HGET', groups, gfield(group, 'h'))
+  if head and head_ready(head) then
+    members[1] = member(meta_fields(redis.call('HGET', tasks, head)), head)
+  end
+  local entries = redis.call('ZRANGEBYLEX', ready, group_range(group), 'LIMIT', 0, limit)
+  for _, entry in ipairs(entries) do
+    local entry_member = member_of_entry(group, entry)
+    if #members < limit and entry_member ~= members[1] then
+      members[#members + 1] = entry_member
+    end
+  end
+  return members
+end
 local members
-if wanted == 'ready' then
+if wanted == 'ready' and flow.on then
+  if group then
+    members = group_members()
+  else
+    members = redis.call('ZRANGE', ranked, 0, limit - 1)
+  end
+elseif wanted == 'ready' and group and group ~= '' then
+  -- Not in flow mode: no task has a group.
+  members = {}
+elseif wanted == 'ready' then
   members = redis.call('ZRANGEBYSCORE', pending, '-inf', now, 'LIMIT', 0, limit)
 elseif wanted == 'delayed' then
   members = redis.call('ZRANGEBYSCORE', pending, '(' .. now, '+inf', 'LIMIT', 0, limit)

@@ -18,9 +18,12 @@
 --- @include "bulk"
 --- @include "load"
 --- @include "reclaim"
+--- @include "flow"
 local changed_channel, changed_message, most = ARGV[1], ARGV[2], tonumber(ARGV[3])
 
-if reclaim(now_ms()) then
+local now = now_ms()
+open_flow(now)
+if reclaim(now) then
   return again()
 end
 local ids, members = {}, nil
@@ -35,7 +38,7 @@ else
   end
 end
 local moved = 0
-local gone, back, writes = {}, {}, {}
+local gone, back, writes, r = {}, {}, {}, readying()
 for n, id in ipairs(ids) do
   local meta = load(id)
   if meta and meta.state == DEAD then
@@ -43,8 +46,12 @@ for n, id in ipairs(ids) do
     meta.state = PENDING
     meta.attempt = 0
     gone[#gone + 1] = entry
-    back[#back + 1] = string.format('%d', meta.due)
-    back[#back + 1] = entry
+    if flow.on and meta.due <= now then
+      r.add(id, meta.seq, meta.priority, meta.due, meta.group)
+    else
+      back[#back + 1] = string.format('%d', meta.due)
+      back[#back + 1] = entry
+    end
     writes[#writes + 1] = id
     writes[#writes + 1] = encode(meta)
     moved = moved + 1
@@ -58,8 +65,11 @@ if #gone > 0 then
   bulk('ZREM', dead, gone)
 end
 if moved > 0 then
-  bulk('ZADD', pending, back)
+  if #back > 0 then
+    bulk('ZADD', pending, back)
+  end
   bulk('HSET', tasks, writes)
+  r.place()
   redis.call('PUBLISH', changed_channel, changed_message)
 end
 return {moved, #ids}

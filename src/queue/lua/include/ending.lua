@@ -5,19 +5,21 @@
 --- @include "member"
 --- @include "bulk"
 --- @include "leased_index"
+--- @include "flow"
 local function ending()
-  local ended_members, ended_entries, gone, windows = {}, {}, {}, {}
+  local ended_members, ended_entries, gone, windows, ended_groups = {}, {}, {}, {}, {}
   local e = {}
   -- Ends a delivery's lease records (inflight and the Subscribe index), from its
-  -- meta's seq and tag (nil or '' for none).
-  function e.unlease_fields(id, seq, tag)
+  -- meta's seq, tag (nil or '' for none) and group.
+  function e.unlease_fields(id, seq, tag, group)
     ended_members[#ended_members + 1] = member(seq, id)
     if tag and tag ~= '' then
       ended_entries[#ended_entries + 1] = leased_entry(tag, id)
     end
+    ended_groups[group] = (ended_groups[group] or 0) + 1
   end
   function e.unlease(id, meta)
-    e.unlease_fields(id, meta.seq, meta.tag)
+    e.unlease_fields(id, meta.seq, meta.tag, meta.group)
   end
   -- Removes a finished task; its id stays reserved for its dedupe window.
   function e.forget_fields(id, dedupe_ms, now)
@@ -30,7 +32,14 @@ local function ending()
   function e.forget(id, meta, now)
     e.forget_fields(id, meta.dedupe_ms, now)
   end
+  -- Sends the writes. True when, in flow mode with a cap set, deliveries ended: the
+  -- script then tells the queue's dispatchers (a capped task may go now).
   function e.flush()
+    local freed = false
+    if flow.on and next(ended_groups) then
+      freed = deliveries_ended(ended_groups)
+    end
+    ended_groups = {}
     if #ended_members > 0 then
       bulk('ZREM', inflight, ended_members)
     end
@@ -44,6 +53,7 @@ local function ending()
     if #windows > 0 then
       bulk('ZADD', reserved, windows)
     end
+    return freed
   end
   return e
 end

@@ -4,8 +4,10 @@
 --- @include "meta"
 --- @include "member"
 --- @include "load"
+--- @include "flow"
 -- Back to pending at `due`, or DEAD when out of attempts (counted in the dead-letter
--- counter). The caller ended its lease (ending().unlease). Returns the new state.
+-- counter). The caller ended its lease (ending().unlease). Returns the new state. With
+-- group_max_in_flight 1 its group delivers it again before any other of its tasks.
 local function give_back(id, meta, due)
   meta.receipt = nil
   meta.lease_end = nil
@@ -18,7 +20,12 @@ local function give_back(id, meta, due)
   else
     meta.state = PENDING
     meta.due = due
-    redis.call('ZADD', pending, due, member_of(meta, id))
+    if flow.on and number_of(flow.cfg.group_max_in_flight) == 1 then
+      redis.call('HSET', groups, gfield(meta.group, 'h'), id)
+    end
+    store(id, meta)
+    wait_again(id, meta)
+    return meta.state
   end
   store(id, meta)
   return meta.state

@@ -1,7 +1,8 @@
 -- keys.lua: a queue's keys, every one under the queue's hash tag, in KEYS order (the
 -- order `QueueKeys::all` builds them in, src/redis/keys.rs):
 --   pending      zset    member "<15-digit seq>:<id>", score = due (Unix ms); due <= now
---                        is READY, later is DELAYED
+--                        is READY, later is DELAYED (in flow mode: the tasks not yet
+--                        promoted to ready/ranked)
 --   inflight     zset    the same members, score = lease end (Unix ms)
 --   dead         zset    the same members, score = due (Unix ms)
 --   tasks        hash    id -> meta, packed as meta.lua lays it out
@@ -11,5 +12,20 @@
 --   leased       zset    "<tag>\0<id>", all score 0: Subscribe deliveries by tag, so a
 --                        stream's count (ZLEXCOUNT) and tasks (ZRANGEBYLEX) are cheap
 --   counters     hash    dead -> tasks that ever went DEAD (the dead-letter metric)
+-- Flow control (include/flow.lua; all empty until the queue is in flow mode):
+--   config       hash    the QueueConfig fields, `flow` (in flow mode), `tat` (the
+--                        queue's rate limiter), `turn` (the rotation's counter)
+--   ready        zset    promoted READY tasks, all score 0, by group in each group's
+--                        order: "<group>\0<9 - priority><15-digit due><seq>:<id>"
+--   ranked       zset    the same tasks over the queue: member "<seq>:<id>", score
+--                        (9 - priority) * 2^42 + due
+--   rotation     zset    groups that can deliver now, in turn order (score = turn)
+--   groups       hash    "<group>\0<field>" -> a group's state: w weight, p paused,
+--                        f in flight, c deliveries in its current turn, h the task it
+--                        must deliver next (one at a time), t its rate limiter
+--   wakeups      zset    blocked groups -> when a rate limit lets them go again
+--                        (CAPPED: waiting for a delivery of theirs to end)
 local pending, inflight, dead, tasks, payloads, reserved, enqueue_seq, leased, counters =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local config, ready, ranked, rotation, groups, wakeups =
+  KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15]

@@ -7,12 +7,14 @@
 -- Fields, in layout order: seq (the 15-digit string of its pending member), due,
 -- enqueued_at (Unix ms), attempt, max_attempts, dedupe_ms (the dedupe window), size
 -- (payload bytes), lease_end (0 none), state (PENDING, IN_FLIGHT or DEAD), receipt,
--- tag (the Subscribe stream's tag it is leased to), session (that stream's session).
+-- tag (the Subscribe stream's tag it is leased to), session (that stream's session),
+-- priority (0-9), group ('' for the ungrouped tasks).
 -- Strings hold no NUL (ids, tags and receipts refuse control characters); '' stands
 -- for none.
 local META_HEAD = '<c15dddddd'           -- seq, due, enqueued_at, attempt, max_attempts,
                                          -- dedupe_ms, size
-local META = META_HEAD .. 'dc1sss'       -- then lease_end, state, receipt, tag, session
+local META = META_HEAD .. 'dc1sssds'     -- then lease_end, state, receipt, tag, session,
+                                         -- priority, group
 
 -- The states, as one byte each.
 local PENDING, IN_FLIGHT, DEAD = 'p', 'f', 'd'
@@ -24,9 +26,9 @@ end
 
 -- Packs fields given in layout order.
 local function pack_fields(seq, due, enqueued_at, attempt, max_attempts, dedupe_ms, size,
-    lease_end, state, receipt, tag, session)
+    lease_end, state, receipt, tag, session, priority, group)
   return struct.pack(META, seq, due, enqueued_at, attempt, max_attempts, dedupe_ms, size,
-    lease_end, state, receipt, tag, session)
+    lease_end, state, receipt, tag, session, priority, group)
 end
 
 -- A packed meta's payload size, without unpacking the strings after it.
@@ -38,7 +40,7 @@ end
 local function encode(meta)
   return pack_fields(meta.seq, meta.due, meta.enqueued_at, meta.attempt, meta.max_attempts,
     meta.dedupe_ms, meta.size, meta.lease_end or 0, meta.state, meta.receipt or '',
-    meta.tag or '', meta.session or '')
+    meta.tag or '', meta.session or '', meta.priority or 0, meta.group or '')
 end
 
 local function none_if_empty(text)
@@ -50,9 +52,9 @@ end
 
 local function decode(raw)
   local seq, due, enqueued_at, attempt, max_attempts, dedupe_ms, size, lease_end, state,
-    receipt, tag, session = meta_fields(raw)
+    receipt, tag, session, priority, group = meta_fields(raw)
   return {seq = seq, due = due, enqueued_at = enqueued_at, attempt = attempt,
     max_attempts = max_attempts, dedupe_ms = dedupe_ms, size = size, lease_end = lease_end,
     state = state, receipt = none_if_empty(receipt), tag = none_if_empty(tag),
-    session = none_if_empty(session)}
+    session = none_if_empty(session), priority = priority, group = group}
 end

@@ -1,9 +1,9 @@
 -- push_row.lua: one task as a reply row (decoded in src/queue/replies.rs).
 --- @include "meta"
 -- Appends to out: id, payload, state name, due, enqueued_at, attempt, max_attempts,
--- receipt, lease end.
+-- receipt, lease end, group, priority.
 local function push_fields(out, id, payload, state_name, due, enqueued_at, attempt,
-    max_attempts, receipt, lease_end)
+    max_attempts, receipt, lease_end, group, priority)
   local n = #out
   out[n + 1] = id
   out[n + 2] = payload or ''
@@ -14,6 +14,8 @@ local function push_fields(out, id, payload, state_name, due, enqueued_at, attem
   out[n + 7] = max_attempts
   out[n + 8] = receipt
   out[n + 9] = lease_end
+  out[n + 10] = group
+  out[n + 11] = priority
 end
 
 -- push_fields() for a meta, its state named from its state and due.
@@ -27,5 +29,5 @@ local function push_row(out, id, meta, payload, now)
     state_name = 'delayed'
   end
   push_fields(out, id, payload, state_name, meta.due, meta.enqueued_at, meta.attempt,
-    meta.max_attempts, meta.receipt or '', meta.lease_end or 0)
+    meta.max_attempts, meta.receipt or '', meta.lease_end or 0, meta.group, meta.priority)
 end

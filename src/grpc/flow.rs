@@ -1,0 +1,144 @@
+//! Flow control's fields between proto and domain: a task's group and priority, rate
+//! limits, queue and group configs. Every error names the field as the `.proto`
+//! spells it (`rate_limit.period`).
+
+use std::time::Duration;
+
+use super::pb;
+use crate::{
+    error::{Error, Result},
+    queue::{
+        GroupConfig, QueueConfig, QueueConfigChange, RateLimit, MAX_RATE_LIMIT, MAX_WEIGHT,
+        RATE_PERIODS,
+    },
+    validate::{self, DurationRule},
+};
+
+/// Highest task priority.
+pub const MAX_PRIORITY: u32 = 9;
+
+/// A task's group: 0–256 bytes, no control characters ('' = ungrouped).
+pub fn group(value: &str) -> Result<&str> {
+    validate::optional_id("group", value)
+}
+
+/// A task's priority, 0–9.
+pub fn priority(value: u32) -> Result<u32> {
+    if value > MAX_PRIORITY {
+        return Err(Error::invalid(
+            "priority",
+            format!("must be 0–{MAX_PRIORITY}, got {value}"),
+        ));
+    }
+    Ok(value)
+}
+
+/// Which of the two rate limits a field is, for its name in errors.
+#[derive(Clone, Copy)]
+enum Which {
+    Queue,
+    Group,
+}
+
+impl Which {
+    fn field(self, part: &'static str) -> &'static str {
+        match (self, part) {
+            (Which::Queue, "limit") => "rate_limit.limit",
+            (Which::Queue, "period") => "rate_limit.period",
+            (Which::Queue, _) => "rate_limit.burst",
+            (Which::Group, "limit") => "group_rate_limit.limit",
+            (Which::Group, "period") => "group_rate_limit.period",
+            (Which::Group, _) => "group_rate_limit.burst",
+        }
+    }
+}
+
+/// A `RateLimit` change: unset keeps it, `limit` 0 removes it (`Some(None)`).
+fn rate_limit(which: Which, value: Option<pb::RateLimit>) -> Result<Option<Option<RateLimit>>> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    if value.limit == 0 {
+        return Ok(Some(None));
+    }
+    if value.limit > MAX_RATE_LIMIT {
+        return Err(Error::invalid(
+            which.field("limit"),
+            format!("must be at most {MAX_RATE_LIMIT}, got {}", value.limit),
+        ));
+    }
+    let period = validate::duration(
+        which.field("period"),
+        value.period.as_ref(),
+        DurationRule {
+            default: Duration::from_secs(1),
+            min: RATE_PERIODS.0,
+            max: RATE_PERIODS.1,
+        },
+    )?;
+    if value.burst > MAX_RATE_LIMIT {
+        return Err(Error::invalid(
+            which.field("burst"),
+            format!("must be at most {MAX_RATE_LIMIT}, got {}", value.burst),
+        ));
+    }
+    Ok(Some(Some(RateLimit {
+        limit: value.limit,
+        period,
+        burst: if value.burst == 0 {
+            value.limit
+        } else {
+            value.burst
+        },
+    })))
+}
+
+/// The change a `ConfigureQueue` asks for.
+pub fn queue_change(r: &pb::ConfigureQueueRequest) -> Result<QueueConfigChange> {
+    Ok(QueueConfigChange {
+        paused: r.paused,
+        max_in_flight: r.max_in_flight,
+        group_max_in_flight: r.group_max_in_flight,
+        rate_limit: rate_limit(Which::Queue, r.rate_limit)?,
+        group_rate_limit: rate_limit(Which::Group, r.group_rate_limit)?,
+    })
+}
+
+/// A group's weight: 1–100, 0 = the default (1).
+pub fn weight(value: Option<u32>) -> Result<Option<u32>> {
+    match value {
+        Some(weight) if weight > MAX_WEIGHT => Err(Error::invalid(
+            "weight",
+            format!("must be 1–{MAX_WEIGHT} (0: the default, 1), got {weight}"),
+        )),
+        other => Ok(other),
+    }
+}
+
+fn rate_limit_message(limit: Option<RateLimit>) -> Option<pb::RateLimit> {
+    limit.map(|limit| pb::RateLimit {
+        limit: limit.limit,
+        period: Some(prost_types::Duration {
+            seconds: limit.period.as_secs() as i64,
+            nanos: limit.period.subsec_nanos() as i32,
+        }),
+        burst: limit.burst,
+    })
+}
+
+pub fn config_message(config: QueueConfig) -> pb::QueueConfig {
+    pb::QueueConfig {
+        paused: config.paused,
+        max_in_flight: config.max_in_flight,
+        rate_limit: rate_limit_message(config.rate_limit),
+        group_max_in_flight: config.group_max_in_flight,
+        group_rate_limit: rate_limit_message(config.group_rate_limit),
+    }
+}
+
+pub fn group_config_message(config: GroupConfig) -> pb::GroupConfig {
+    pb::GroupConfig {
+        paused: config.paused,
+        weight: config.weight,
+    }
+}

@@ -1,0 +1,191 @@
+//! Flow control's settings: a queue's `QueueConfig` and a group's `GroupConfig`, kept
+//! in Redis on the queue's slot (`lua/include/flow.lua` says how they act), with the
+//! two scripts that change them.
+
+use std::time::Duration;
+
+use redis::Value;
+
+use super::{scripts::call, QueueStore};
+use crate::{
+    error::{Error, Result},
+    redis::{
+        keys::Event,
+        reply::{int, string},
+    },
+};
+
+/// Most starts per period of a rate limit.
+pub const MAX_RATE_LIMIT: u32 = 1_000_000;
+/// Shortest and longest period of a rate limit.
+pub const RATE_PERIODS: (Duration, Duration) =
+    (Duration::from_millis(1), Duration::from_secs(24 * 3600));
+/// Largest group weight.
+pub const MAX_WEIGHT: u32 = 100;
+
+/// A rate limit: in any interval of length t at most `burst + limit * t / period`
+/// deliveries start (GCRA on Redis' clock).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RateLimit {
+    /// Starts per period (at least 1).
+    pub limit: u32,
+    /// The period.
+    pub period: Duration,
+    /// Starts that may come at once (at least 1).
+    pub burst: u32,
+}
+
+impl RateLimit {
+    /// As the scripts store it: "limit period_ms burst".
+    fn as_script_arg(&self) -> String {
+        format!("{} {} {}", self.limit, self.period.as_millis(), self.burst)
+    }
+
+    /// A stored limit ('' for none).
+    fn from_script(text: &str) -> Result<Option<Self>> {
+        if text.is_empty() {
+            return Ok(None);
+        }
+        let parts: Vec<u64> = text
+            .split(' ')
+            .map(str::parse)
+            .collect::<Result<_, _>>()
+            .map_err(|_| Error::Internal(format!("stored rate limit {text:?}")))?;
+        match parts[..] {
+            [limit, period, burst] => Ok(Some(Self {
+                limit: limit as u32,
+                period: Duration::from_millis(period),
+                burst: burst as u32,
+            })),
+            _ => Err(Error::Internal(format!("stored rate limit {text:?}"))),
+        }
+    }
+}
+
+/// A queue's flow-control config (all off by default).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QueueConfig {
+    /// Nothing is delivered.
+    pub paused: bool,
+    /// Most tasks IN_FLIGHT at once (0: no cap).
+    pub max_in_flight: u32,
+    /// Most tasks of one group IN_FLIGHT at once (0: no cap; 1: one at a time, in order).
+    pub group_max_in_flight: u32,
+    /// The queue's rate limit.
+    pub rate_limit: Option<RateLimit>,
+    /// Each group's rate limit.
+    pub group_rate_limit: Option<RateLimit>,
+}
+
+impl QueueConfig {
+    /// From five reply values: paused, max_in_flight, group_max_in_flight, rate,
+    /// group_rate (as `configure_queue.lua` and the tail of `stats.lua` answer).
+    pub(super) fn from_reply(r: &[Value]) -> Result<Self> {
+        Ok(Self {
+            paused: int(r, 0)? == 1,
+            max_in_flight: int(r, 1)? as u32,
+            group_max_in_flight: int(r, 2)? as u32,
+            rate_limit: RateLimit::from_script(&string(r, 3)?)?,
+            group_rate_limit: RateLimit::from_script(&string(r, 4)?)?,
+        })
+    }
+}
+
+/// A change of a queue's config: the fields that are `Some` change.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QueueConfigChange {
+    pub paused: Option<bool>,
+    pub max_in_flight: Option<u32>,
+    pub group_max_in_flight: Option<u32>,
+    /// `Some(None)` removes the limit.
+    pub rate_limit: Option<Option<RateLimit>>,
+    pub group_rate_limit: Option<Option<RateLimit>>,
+}
+
+/// A group's config.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GroupConfig {
+    /// Nothing of the group is delivered.
+    pub paused: bool,
+    /// Deliveries per turn of the rotation (1-100).
+    pub weight: u32,
+}
+
+impl QueueStore {
+    /// Changes the fields of `change` that are set; the config as now stored.
+    pub async fn configure_queue(
+        &self,
+        queue: &str,
+        change: &QueueConfigChange,
+    ) -> Result<QueueConfig> {
+        let keys = self.keys(queue);
+        let mut call = call(&self.scripts.configure_queue, &keys);
+        call.arg(self.redis.keys.channel(Event::QueueChanged))
+            .arg(keys.pending());
+        if let Some(paused) = change.paused {
+            call.arg("paused").arg(if paused { "1" } else { "0" });
+        }
+        if let Some(cap) = change.max_in_flight {
+            call.arg("max_in_flight").arg(cap);
+        }
+        if let Some(cap) = change.group_max_in_flight {
+            call.arg("group_max_in_flight").arg(cap);
+        }
+        for (field, limit) in [
+            ("rate", &change.rate_limit),
+            ("group_rate", &change.group_rate_limit),
+        ] {
+            if let Some(limit) = limit {
+                call.arg(field)
+                    .arg(limit.map(|l| l.as_script_arg()).unwrap_or_default());
+            }
+        }
+        let reply: Vec<Value> = self.redis.invoke(&call).await?;
+        QueueConfig::from_reply(&reply)
+    }
+
+    /// Pauses or resumes a group, or sets its weight; its config as now stored.
+    pub async fn configure_group(
+        &self,
+        queue: &str,
+        group: &str,
+        paused: Option<bool>,
+        weight: Option<u32>,
+    ) -> Result<GroupConfig> {
+        let keys = self.keys(queue);
+        let mut call = call(&self.scripts.configure_group, &keys);
+        call.arg(self.redis.keys.channel(Event::QueueChanged))
+            .arg(keys.pending())
+            .arg(group)
+            .arg(match paused {
+                None => "",
+                Some(true) => "1",
+                Some(false) => "0",
+            })
+            .arg(weight.map(|w| w.to_string()).unwrap_or_default());
+        let (paused, weight): (i64, u32) = self.redis.invoke(&call).await?;
+        Ok(GroupConfig {
+            paused: paused == 1,
+            weight: weight.max(1),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rate_limit_is_stored_as_three_numbers_and_read_back() {
+        let limit = RateLimit {
+            limit: 1000,
+            period: Duration::from_millis(1500),
+            burst: 20,
+        };
+        assert_eq!(limit.as_script_arg(), "1000 1500 20");
+        assert_eq!(RateLimit::from_script("1000 1500 20").unwrap(), Some(limit));
+        assert_eq!(RateLimit::from_script("").unwrap(), None);
+        assert!(RateLimit::from_script("1000 x 20").is_err());
+        assert!(RateLimit::from_script("1000 20").is_err());
+    }
+}

@@ -1,0 +1,47 @@
+-- configure_queue.lua: change a queue's flow-control config (include/flow.lua), field
+-- by field; the fields not given stay. Puts the queue in flow mode.
+-- KEYS: the queue's keys (include/keys.lua)
+-- ARGV[1] the queue-changed channel, ARGV[2] its message, then field-value pairs:
+-- paused ('0'/'1'), max_in_flight, group_max_in_flight (0: none), rate and group_rate
+-- ("limit period_ms burst", '': none). Values are checked by the server.
+-- Clock: Redis TIME.
+-- Returns the config as stats.lua does: paused (0/1), max_in_flight,
+-- group_max_in_flight, rate, group_rate ('' for none).
+--- @include "keys"
+--- @include "now_ms"
+--- @include "flow"
+local changed_channel, changed_message = ARGV[1], ARGV[2]
+
+local now = now_ms()
+open_flow(now)
+enter_flow()
+local group_limits_changed = false
+for i = 3, #ARGV, 2 do
+  local field, value = ARGV[i], ARGV[i + 1]
+  if value == '' or value == '0' then
+    redis.call('HDEL', config, field)
+    flow.cfg[field] = nil
+  else
+    redis.call('HSET', config, field, value)
+    flow.cfg[field] = value
+  end
+  if field == 'group_max_in_flight' or field == 'group_rate' then
+    group_limits_changed = true
+  end
+end
+if group_limits_changed then
+  -- Groups waiting for a delivery to end under the old cap may go now (a rate limit's
+  -- new value applies to a waiting group at its wake-up). Bounded like every run.
+  local capped = redis.call('ZRANGEBYSCORE', wakeups, CAPPED, CAPPED, 'LIMIT', 0,
+    PROMOTE_PER_RUN)
+  if #capped > 0 then
+    bulk('ZREM', wakeups, capped)
+    for _, group in ipairs(capped) do
+      consider(group)
+    end
+  end
+end
+redis.call('PUBLISH', changed_channel, changed_message)
+local cfg = flow.cfg
+return {cfg.paused == '1' and 1 or 0, number_of(cfg.max_in_flight),
+  number_of(cfg.group_max_in_flight), cfg.rate or '', cfg.group_rate or ''}

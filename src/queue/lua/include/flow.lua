@@ -1,0 +1,440 @@
+-- flow.lua: flow control (groups, priorities, pause, caps, rate limits).
+-- A queue is in flow mode once a task with a group or a priority was enqueued into it
+-- or it was configured (config field `flow`); until then its scripts run as they
+-- always did, every waiting task in pending by due time. In flow mode pending holds
+-- the tasks not yet promoted; a task that is due is promoted into `ready` (its group's
+-- order) and `ranked` (the queue's order), and a group that can deliver is in
+-- `rotation`. A group that cannot (paused, at its cap, rate-limited, waiting for the
+-- task it must deliver next, or with nothing READY) is not: no script walks the groups,
+-- and the event that unblocks a group (an enqueue, a promotion, the end of a delivery,
+-- its wake-up time, a resume) puts it back through consider().
+--- @include "keys"
+--- @include "meta"
+--- @include "member"
+--- @include "bulk"
+--- @include "first_score"
+
+-- A priority's band of ranked scores: 2^42 ms (until the year 2109).
+local PRIORITY_BAND = 4398046511104
+-- The most tasks one run promotes, and the most woken groups it looks at: a few ms.
+local PROMOTE_PER_RUN = 1000
+-- A wakeups score meaning "waits for one of its deliveries to end", not a time.
+local CAPPED = 9007199254740991
+
+-- The script's view of flow control: on (flow mode), cfg (the config hash), now.
+local flow = {on = false, cfg = {}, now = 0}
+
+-- Reads the queue's config; call once, at the top of a script, after now_ms().
+local function open_flow(now)
+  local flat = redis.call('HGETALL', config)
+  local cfg = {}
+  for i = 1, #flat, 2 do
+    cfg[flat[i]] = flat[i + 1]
+  end
+  flow.cfg, flow.on, flow.now = cfg, cfg.flow == '1', now
+end
+
+-- Turns flow mode on (for good: the tasks waiting in pending are promoted as due).
+local function enter_flow()
+  if not flow.on then
+    redis.call('HSET', config, 'flow', '1')
+    flow.cfg.flow, flow.on = '1', true
+  end
+end
+
+local function number_of(text)
+  return tonumber(text or '0') or 0
+end
+
+local function clamp_due(due)
+  return math.min(math.max(due, 0), PRIORITY_BAND - 1)
+end
+
+-- A task's member in `ready`.
+local function ready_entry(group, priority, due, seq, id)
+  return group .. '\0' .. (9 - priority) .. string.format('%015d', clamp_due(due)) .. seq
+    .. ':' .. id
+end
+
+-- The pending member ("<seq>:<id>") of a `ready` entry of group.
+local function member_of_entry(group, entry)
+  return string.sub(entry, #group + 18)
+end
+
+-- The lex range of a group's entries in `ready` (groups hold no control characters).
+local function group_range(group)
+  return '[' .. group .. '\0', '(' .. group .. '\1'
+end
+
+local function rank_score(priority, due)
+  return string.format('%d', (9 - priority) * PRIORITY_BAND + clamp_due(due))
+end
+
+-- A group's state field.
+local function gfield(group, field)
+  return group .. '\0' .. field
+end
+
+-- A RateLimit as stored ("limit period_ms burst"), as GCRA's emission interval and
+-- tolerance (ms), or nil for none.
+local function limiter(text)
+  if not text then
+    return nil
+  end
+  local limit, period, burst = string.match(text, '^(%d+) (%d+) (%d+)$')
+  limit, period, burst = tonumber(limit), tonumber(period), tonumber(burst)
+  if not limit or limit == 0 then
+    return nil
+  end
+  local interval = period / limit
+  return {interval = interval, tolerance = (burst - 1) * interval}
+end
+
+-- How long (ms) until the limiter lets one more delivery start; 0: now. tat is its
+-- theoretical arrival time (nil: never used).
+local function limiter_wait(lim, tat, now)
+  local at = math.max(tat or now, now)
+  return math.max(at - now - lim.tolerance, 0)
+end
+
+-- The limiter's tat after one more start now.
+local function limiter_take(lim, tat, now)
+  return math.max(tat or now, now) + lim.interval
+end
+
+local function tat_text(tat)
+  return string.format('%.4f', tat)
+end
+
+-- Whether a group has a promoted task.
+local function has_ready(group)
+  return #redis.call('ZRANGEBYLEX', ready, group_range(group), 'LIMIT', 0, 1) > 0
+end
+
+-- Whether the task a group must deliver next is promoted (READY).
+local function head_ready(id)
+  local raw = redis.call('HGET', tasks, id)
+  if not raw then
+    return false
+  end
+  local seq = meta_fields(raw)
+  return redis.call('ZSCORE', ranked, member(seq, id)) ~= false
+end
+
+-- Puts a group that can deliver into the rotation (at its back); leaves it out while
+-- it cannot, with a wake-up when a rate limit or its cap holds it.
+local function consider(group)
+  if redis.call('ZSCORE', rotation, group) then
+    return
+  end
+  local state = redis.call('HMGET', groups, gfield(group, 'p'), gfield(group, 'f'),
+    gfield(group, 'h'), gfield(group, 't'))
+  if state[1] == '1' then
+    return
+  end
+  if state[3] then
+    if not head_ready(state[3]) then
+      return
+    end
+  elseif not has_ready(group) then
+    return
+  end
+  local cap = number_of(flow.cfg.group_max_in_flight)
+  if cap > 0 and number_of(state[2]) >= cap then
+    redis.call('ZADD', wakeups, CAPPED, group)
+    return
+  end
+  local lim = limiter(flow.cfg.group_rate)
+  if lim then
+    local wait = limiter_wait(lim, tonumber(state[4]), flow.now)
+    if wait > 0 then
+      redis.call('ZADD', wakeups, string.format('%d', math.ceil(flow.now + wait)), group)
+      return
+    end
+  end
+  redis.call('ZREM', wakeups, group)
+  redis.call('ZADD', rotation, redis.call('HINCRBY', config, 'turn', 1), group)
+end
+
+-- The groups whose wake-up time came (at most PROMOTE_PER_RUN), considered again.
+local function wake_groups(now)
+  local woken = redis.call('ZRANGEBYSCORE', wakeups, '-inf', now, 'LIMIT', 0,
+    PROMOTE_PER_RUN)
+  if #woken > 0 then
+    bulk('ZREM', wakeups, woken)
+    for _, group in ipairs(woken) do
+      consider(group)
+    end
+  end
+end
+
+-- Collects READY tasks to be placed in `ready` and `ranked`; place() sends them and
+-- considers their groups.
+local function readying()
+  local entries, ranks, touched = {}, {}, {}
+  local r = {}
+  function r.add(id, seq, priority, due, group)
+    entries[#entries + 1] = '0'
+    entries[#entries + 1] = ready_entry(group, priority, due, seq, id)
+    ranks[#ranks + 1] = rank_score(priority, due)
+    ranks[#ranks + 1] = member(seq, id)
+    touched[group] = true
+  end
+  function r.place()
+    if #entries > 0 then
+      bulk('ZADD', ready, entries)
+      bulk('ZADD', ranked, ranks)
+      for group in pairs(touched) do
+        consider(group)
+      end
+    end
+  end
+  return r
+end
+
+-- Promotes due tasks from pending (at most PROMOTE_PER_RUN). True when it promoted
+-- that many: more may be due, and the script answers again().
+local function promote(now)
+  local due = redis.call('ZRANGEBYSCORE', pending, '-inf', now, 'LIMIT', 0, PROMOTE_PER_RUN)
+  if #due == 0 then
+    return false
+  end
+  local ids = {}
+  for n, entry in ipairs(due) do
+    ids[n] = id_of(entry)
+  end
+  local raws = hmget(tasks, ids)
+  local r = readying()
+  for n, id in ipairs(ids) do
+    if raws[n] then
+      local seq, due_at, _, _, _, _, _, _, _, _, _, _, priority, group = meta_fields(raws[n])
+      r.add(id, seq, priority, due_at, group)
+    end
+  end
+  redis.call('ZREMRANGEBYRANK', pending, 0, #due - 1)
+  r.place()
+  return #due == PROMOTE_PER_RUN
+end
+
+-- Puts a task that waits again (given back, redriven) where it waits: in flow mode a
+-- due one is READY at once, in its group's order.
+local function wait_again(id, meta)
+  if flow.on and meta.due <= flow.now then
+    local r = readying()
+    r.add(id, meta.seq, meta.priority, meta.due, meta.group)
+    r.place()
+  else
+    redis.call('ZADD', pending, string.format('%d', meta.due), member_of(meta, id))
+  end
+end
+
+-- Removes a waiting (not in flight) task from wherever it waits; its group is
+-- considered again when it was the task the group had to deliver next.
+local function unplace(id, meta)
+  local entry = member_of(meta, id)
+  redis.call('ZREM', pending, entry)
+  redis.call('ZREM', dead, entry)
+  if flow.on then
+    redis.call('ZREM', ranked, entry)
+    redis.call('ZREM', ready,
+      ready_entry(meta.group, meta.priority, meta.due, meta.seq, id))
+    local head = gfield(meta.group, 'h')
+    if redis.call('HGET', groups, head) == id then
+      redis.call('HDEL', groups, head)
+      consider(meta.group)
+    end
+  end
+end
+
+-- Flow mode: records ended deliveries of groups (group -> count): their in-flight
+-- counts drop and the groups are considered again. True when a cap was set, so that
+-- the script tells the queue's dispatchers a slot is free.
+local function deliveries_ended(ended)
+  local capped = false
+  for group, count in pairs(ended) do
+    local field = gfield(group, 'f')
+    if redis.call('HINCRBY', groups, field, -count) <= 0 then
+      redis.call('HDEL', groups, field)
+    end
+    consider(group)
+  end
+  if number_of(flow.cfg.max_in_flight) > 0 or number_of(flow.cfg.group_max_in_flight) > 0 then
+    capped = true
+  end
+  return capped
+end
+
+-- Picks up to n deliverable tasks in rotation order whose payloads fit in budget bytes
+-- (the first always does), and takes them out of ready/ranked; their groups' turns,
+-- in-flight counts (unless auto_ack) and limiters advance. Returns the pending members
+-- taken, their ids and packed metas, and the Redis-clock ms at which the queue's rate
+-- limit lets the next delivery start if it stopped there (else nil).
+local function pick(n, budget, now, auto_ack)
+  local cfg = flow.cfg
+  local members, ids, raws = {}, {}, {}
+  if cfg.paused == '1' then
+    return members, ids, raws, nil
+  end
+  local cap = number_of(cfg.max_in_flight)
+  if cap > 0 and not auto_ack then
+    n = math.min(n, cap - redis.call('ZCARD', inflight))
+  end
+  local queue_limit, queue_tat = limiter(cfg.rate), tonumber(cfg.tat)
+  local group_limit = limiter(cfg.group_rate)
+  local group_cap = number_of(cfg.group_max_in_flight)
+  local used, retry_at, stop = 0, nil, false
+  local turns = n + 100
+  while #ids < n and not stop and turns > 0 do
+    turns = turns - 1
+    local group = redis.call('ZRANGE', rotation, 0, 0)[1]
+    if not group then
+      break
+    end
+    local state = redis.call('HMGET', groups, gfield(group, 'w'), gfield(group, 'c'),
+      gfield(group, 'f'), gfield(group, 'h'), gfield(group, 't'))
+    local weight, credit, in_flight = number_of(state[1]), number_of(state[2]),
+      number_of(state[3])
+    if weight == 0 then
+      weight = 1
+    end
+    local want = n - #ids
+    if redis.call('ZCARD', rotation) > 1 then
+      want = math.min(want, weight - credit)
+    end
+    if group_cap > 0 then
+      want = math.min(want, group_cap - in_flight)
+    end
+    local entries, held = {}, false
+    if state[4] then
+      -- It must deliver this task next: only that one, once it is promoted.
+      held = not head_ready(state[4])
+      if not held and want > 0 then
+        local seq, due_at, _, _, _, _, _, _, _, _, _, _, priority =
+          meta_fields(redis.call('HGET', tasks, state[4]))
+        entries[1] = ready_entry(group, priority, due_at, seq, state[4])
+      end
+    elseif want > 0 then
+      entries = redis.call('ZRANGEBYLEX', ready, group_range(group), 'LIMIT', 0, want)
+    end
+    local taken, delivered, group_tat, group_wait = {}, 0, tonumber(state[5]), 0
+    if #entries > 0 and want > 0 then
+      local candidates = {}
+      for k, entry in ipairs(entries) do
+        candidates[k] = id_of(member_of_entry(group, entry))
+      end
+      local metas = hmget(tasks, candidates)
+      for k, id in ipairs(candidates) do
+        if queue_limit and limiter_wait(queue_limit, queue_tat, now) > 0 then
+          retry_at = now + limiter_wait(queue_limit, queue_tat, now)
+          stop = true
+          break
+        end
+        if group_limit then
+          group_wait = limiter_wait(group_limit, group_tat, now)
+          if group_wait > 0 then
+            break
+          end
+        end
+        local raw = metas[k]
+        if raw then
+          used = used + size_of(raw) + #id + 128
+          if #ids > 0 and used > budget then
+            stop = true
+            break
+          end
+          delivered = delivered + 1
+          ids[#ids + 1] = id
+          raws[#raws + 1] = raw
+          members[#members + 1] = member_of_entry(group, entries[k])
+          if queue_limit then
+            queue_tat = limiter_take(queue_limit, queue_tat, now)
+          end
+          if group_limit then
+            group_tat = limiter_take(group_limit, group_tat, now)
+          end
+        end
+        taken[#taken + 1] = entries[k]
+      end
+    end
+    if #taken > 0 then
+      bulk('ZREM', ready, taken)
+      local gone = {}
+      for k, entry in ipairs(taken) do
+        gone[k] = member_of_entry(group, entry)
+      end
+      bulk('ZREM', ranked, gone)
+    end
+    if delivered > 0 then
+      local writes = {gfield(group, 'c'), credit + delivered}
+      if not auto_ack then
+        in_flight = in_flight + delivered
+        writes[#writes + 1] = gfield(group, 'f')
+        writes[#writes + 1] = in_flight
+      end
+      if group_limit then
+        writes[#writes + 1] = gfield(group, 't')
+        writes[#writes + 1] = tat_text(group_tat)
+        group_wait = limiter_wait(group_limit, group_tat, now)
+      end
+      redis.call('HSET', groups, unpack(writes))
+      if state[4] then
+        redis.call('HDEL', groups, gfield(group, 'h'))
+      end
+      credit = credit + delivered
+    end
+    -- The group's place: out when it cannot deliver (back by consider() or a
+    -- wake-up), at the back when its turn is used up, else still first.
+    if not stop or delivered > 0 then
+      if held or not has_ready(group) then
+        redis.call('ZREM', rotation, group)
+        redis.call('HDEL', groups, gfield(group, 'c'))
+      elseif group_cap > 0 and in_flight >= group_cap then
+        redis.call('ZREM', rotation, group)
+        redis.call('HDEL', groups, gfield(group, 'c'))
+        redis.call('ZADD', wakeups, CAPPED, group)
+      elseif group_wait > 0 then
+        redis.call('ZREM', rotation, group)
+        redis.call('HDEL', groups, gfield(group, 'c'))
+        redis.call('ZADD', wakeups, string.format('%d', math.ceil(now + group_wait)), group)
+      elseif credit >= weight or delivered == 0 then
+        redis.call('HDEL', groups, gfield(group, 'c'))
+        redis.call('ZADD', rotation, redis.call('HINCRBY', config, 'turn', 1), group)
+      end
+    end
+  end
+  if queue_limit and queue_tat then
+    redis.call('HSET', config, 'tat', tat_text(queue_tat))
+  end
+  return members, ids, raws, retry_at
+end
+
+-- When to look again for deliverable tasks (Redis-clock ms; -1: only when told):
+-- never while paused or at the queue's cap; else the earliest of the first task to
+-- fall due, the first group wake-up, the queue's rate limit (retry_at), and now when
+-- a group can still deliver.
+local function next_start(now, retry_at)
+  local cfg = flow.cfg
+  if cfg.paused == '1' then
+    return -1
+  end
+  local cap = number_of(cfg.max_in_flight)
+  if cap > 0 and redis.call('ZCARD', inflight) >= cap then
+    return -1
+  end
+  local next = first_score(pending)
+  local woken = first_score(wakeups)
+  if woken >= 0 and woken < CAPPED and (next < 0 or woken < next) then
+    next = woken
+  end
+  local soon = retry_at
+  if not soon and redis.call('ZCARD', rotation) > 0 then
+    soon = now
+  end
+  if soon then
+    soon = math.ceil(soon)
+    if next < 0 or soon < next then
+      next = soon
+    end
+  end
+  return next
+end
