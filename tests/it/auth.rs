@@ -68,7 +68,7 @@ fn write_auth_file(path: &PathBuf, grants: &[(&str, &str, &[&str])]) -> PathBuf 
 const ALL: &[&str] = &["lock", "produce", "consume", "admin"];
 
 /// Every RPC, and the permission the contract says it needs.
-const RPCS: [(&str, &str); 17] = [
+const RPCS: [(&str, &str); 19] = [
     ("Acquire", "lock"),
     ("Release", "lock"),
     ("Extend", "lock"),
@@ -86,6 +86,8 @@ const RPCS: [(&str, &str); 17] = [
     ("Cancel", "admin"),
     ("Redrive", "admin"),
     ("Stats", "admin"),
+    ("ConfigureQueue", "admin"),
+    ("ConfigureGroup", "admin"),
 ];
 
 /// Calls `rpc` with a valid request; the status code it got (OK when it was served;
@@ -208,6 +210,21 @@ async fn call(rpc: &str, locks: &mut Locks, queues: &mut Queues) -> Code {
             .await
             .map(drop),
         "Stats" => queues.stats(pb::StatsRequest { queue }).await.map(drop),
+        "ConfigureQueue" => queues
+            .configure_queue(pb::ConfigureQueueRequest {
+                queue,
+                ..Default::default()
+            })
+            .await
+            .map(drop),
+        "ConfigureGroup" => queues
+            .configure_group(pb::ConfigureGroupRequest {
+                queue,
+                group: "g".into(),
+                ..Default::default()
+            })
+            .await
+            .map(drop),
         other => panic!("no RPC {other}"),
     };
     match result {

@@ -14,9 +14,10 @@ use turnstile::{
     grpc::status::rich::{BadRequest, RpcStatus, BAD_REQUEST_TYPE},
     pb::{
         task_spec::Schedule, AckRequest, AcquireRequest, CancelRequest, CheckFenceRequest,
-        DescribeRequest, EnqueueRequest, ExtendLeaseRequest, ExtendRequest, HoldRequest,
-        LeaseRequest, NackRequest, PeekRequest, RedriveRequest, ReleaseAllRequest, ReleaseRequest,
-        StatsRequest, SubscribeRequest, TaskSpec,
+        ConfigureGroupRequest, ConfigureQueueRequest, DescribeRequest, EnqueueRequest,
+        ExtendLeaseRequest, ExtendRequest, HoldRequest, LeaseRequest, NackRequest, PeekRequest,
+        RateLimit, RedriveRequest, ReleaseAllRequest, ReleaseRequest, StatsRequest,
+        SubscribeRequest, TaskSpec, TaskState,
     },
 };
 
@@ -550,13 +551,116 @@ async fn every_bad_field_of_every_rpc_is_invalid_argument_naming_it_before_redis
         );
     }
 
+    // Flow control: a task's group and priority, Peek's group, the config RPCs.
+    for group in [&text(257)[..], CONTROL] {
+        case!(
+            queues.enqueue,
+            "group",
+            enqueue(vec![TaskSpec {
+                group: group.into(),
+                ..task()
+            }])
+        );
+    }
+    case!(
+        queues.enqueue,
+        "priority",
+        enqueue(vec![TaskSpec {
+            priority: 10,
+            ..task()
+        }])
+    );
+    case!(
+        queues.peek,
+        "group",
+        PeekRequest {
+            group: Some(CONTROL.into()),
+            ..peek()
+        }
+    );
+    case!(
+        queues.peek,
+        "group",
+        PeekRequest {
+            group: Some("g".into()),
+            state: TaskState::Dead as i32,
+            ..peek()
+        }
+    );
+    let configure = || ConfigureQueueRequest {
+        queue: "q".into(),
+        ..Default::default()
+    };
+    let limit = |limit: u32, period: Option<prost_types::Duration>| {
+        Some(RateLimit {
+            limit,
+            period,
+            burst: 0,
+        })
+    };
+    case!(
+        queues.configure_queue,
+        "queue",
+        ConfigureQueueRequest {
+            queue: CONTROL.into(),
+            ..configure()
+        }
+    );
+    for period in [zero(), neg(), hours(25)] {
+        case!(
+            queues.configure_queue,
+            "rate_limit.period",
+            ConfigureQueueRequest {
+                rate_limit: limit(10, period),
+                ..configure()
+            }
+        );
+    }
+    case!(
+        queues.configure_queue,
+        "rate_limit.limit",
+        ConfigureQueueRequest {
+            rate_limit: limit(1_000_001, None),
+            ..configure()
+        }
+    );
+    case!(
+        queues.configure_queue,
+        "group_rate_limit.period",
+        ConfigureQueueRequest {
+            group_rate_limit: limit(10, zero()),
+            ..configure()
+        }
+    );
+    let configure_group = || ConfigureGroupRequest {
+        queue: "q".into(),
+        group: "g".into(),
+        ..Default::default()
+    };
+    case!(
+        queues.configure_group,
+        "weight",
+        ConfigureGroupRequest {
+            weight: Some(101),
+            ..configure_group()
+        }
+    );
+    case!(
+        queues.configure_group,
+        "group",
+        ConfigureGroupRequest {
+            group: CONTROL.into(),
+            ..configure_group()
+        }
+    );
+
     let scripts = redis.command_calls("evalsha").await;
     let total = cases.len();
     for (label, field, call) in cases {
         let status = call.await.expect_err(&label);
         assert_eq!(named_field(&status), field, "{label}");
     }
-    assert_eq!(total, 85, "cases dropped from the table");
+    assert_eq!(total, 98, "cases dropped from the table");
     assert_eq!(
         redis.command_calls("evalsha").await,
         scripts,

@@ -12,6 +12,7 @@ mod chaos;
 mod cli;
 mod cluster;
 mod faults;
+mod flow;
 mod guides;
 mod interop;
 mod layers;

@@ -34,7 +34,7 @@ local function group_members()
   if head and head_ready(head) then
     members[1] = member(meta_fields(redis.call('HGET', tasks, head)), head)
   end
-  local entries = redis.call('ZRANGEBYLEX', ready, group_range(group), 'LIMIT', 0, limit)
+  local entries = group_entries(group, limit)
   for _, entry in ipairs(entries) do
     local entry_member = member_of_entry(group, entry)
     if #members < limit and entry_member ~= members[1] then

@@ -106,9 +106,15 @@ local function tat_text(tat)
   return string.format('%.4f', tat)
 end
 
+-- The first count entries of a group in `ready`, in its order.
+local function group_entries(group, count)
+  local from, to = group_range(group)
+  return redis.call('ZRANGEBYLEX', ready, from, to, 'LIMIT', 0, count)
+end
+
 -- Whether a group has a promoted task.
 local function has_ready(group)
-  return #redis.call('ZRANGEBYLEX', ready, group_range(group), 'LIMIT', 0, 1) > 0
+  return #group_entries(group, 1) > 0
 end
 
 -- Whether the task a group must deliver next is promoted (READY).
@@ -169,22 +175,26 @@ local function wake_groups(now)
 end
 
 -- Collects READY tasks to be placed in `ready` and `ranked`; place() sends them and
--- considers their groups.
+-- considers their groups, in the order their first tasks came (so groups new to the
+-- rotation join it in that order).
 local function readying()
-  local entries, ranks, touched = {}, {}, {}
+  local entries, ranks, touched, order = {}, {}, {}, {}
   local r = {}
   function r.add(id, seq, priority, due, group)
     entries[#entries + 1] = '0'
     entries[#entries + 1] = ready_entry(group, priority, due, seq, id)
     ranks[#ranks + 1] = rank_score(priority, due)
     ranks[#ranks + 1] = member(seq, id)
-    touched[group] = true
+    if not touched[group] then
+      touched[group] = true
+      order[#order + 1] = group
+    end
   end
   function r.place()
     if #entries > 0 then
       bulk('ZADD', ready, entries)
       bulk('ZADD', ranked, ranks)
-      for group in pairs(touched) do
+      for _, group in ipairs(order) do
         consider(group)
       end
     end
@@ -314,7 +324,7 @@ local function pick(n, budget, now, auto_ack)
         entries[1] = ready_entry(group, priority, due_at, seq, state[4])
       end
     elseif want > 0 then
-      entries = redis.call('ZRANGEBYLEX', ready, group_range(group), 'LIMIT', 0, want)
+      entries = group_entries(group, want)
     end
     local taken, delivered, group_tat, group_wait = {}, 0, tonumber(state[5]), 0
     if #entries > 0 and want > 0 then

@@ -1,0 +1,640 @@
+//! Flow control over real gRPC against a real Redis (contract: "Flow control: groups,
+//! priorities, limits, pause"): the rotation of groups with weights, priorities within
+//! a group, pause and resume of a queue and of a group, caps over replicas, strict
+//! order per group, rate limits, and what a paused queue costs Redis.
+
+use crate::common;
+
+use std::time::{Duration, Instant};
+
+use common::{ms, unix_ms, TestResult, TestServer, TestStore};
+use tokio_stream::StreamExt;
+use tonic::{transport::Channel, Streaming};
+use turnstile::pb::{
+    queue_service_client::QueueServiceClient, subscribe_response::Event, task_spec::Schedule,
+    AckRequest, ConfigureGroupRequest, ConfigureQueueRequest, EnqueueRequest, LeaseRequest,
+    NackRequest, PeekRequest, QueueConfig, RateLimit, StatsRequest, SubscribeRequest,
+    SubscribeResponse, Task, TaskSpec, TaskState,
+};
+
+type Queues = QueueServiceClient<Channel>;
+
+/// A task of `group` with `priority`, its id as payload.
+fn task(id: &str, group: &str, priority: u32) -> TaskSpec {
+    TaskSpec {
+        id: id.into(),
+        payload: id.as_bytes().to_vec().into(),
+        group: group.into(),
+        priority,
+        ..Default::default()
+    }
+}
+
+async fn enqueue(queues: &mut Queues, queue: &str, tasks: Vec<TaskSpec>) -> TestResult {
+    queues
+        .enqueue(EnqueueRequest {
+            queue: queue.into(),
+            tasks,
+        })
+        .await?;
+    Ok(())
+}
+
+async fn lease(
+    queues: &mut Queues,
+    queue: &str,
+    max_tasks: u32,
+) -> Result<Vec<Task>, tonic::Status> {
+    Ok(queues
+        .lease(LeaseRequest {
+            queue: queue.into(),
+            max_tasks,
+            visibility: ms(60_000),
+            ..Default::default()
+        })
+        .await?
+        .into_inner()
+        .tasks)
+}
+
+fn ids(tasks: &[Task]) -> Vec<&str> {
+    tasks.iter().map(|t| t.id.as_str()).collect()
+}
+
+async fn ack(queues: &mut Queues, queue: &str, tasks: &[Task]) -> Result<Vec<bool>, tonic::Status> {
+    Ok(queues
+        .ack(AckRequest {
+            queue: queue.into(),
+            receipts: tasks.iter().map(|t| t.receipt.clone()).collect(),
+        })
+        .await?
+        .into_inner()
+        .acked)
+}
+
+async fn configure(
+    queues: &mut Queues,
+    request: ConfigureQueueRequest,
+) -> Result<QueueConfig, tonic::Status> {
+    Ok(queues
+        .configure_queue(request)
+        .await?
+        .into_inner()
+        .config
+        .unwrap_or_default())
+}
+
+fn pause(queue: &str, paused: bool) -> ConfigureQueueRequest {
+    ConfigureQueueRequest {
+        queue: queue.into(),
+        paused: Some(paused),
+        ..Default::default()
+    }
+}
+
+async fn configure_group(
+    queues: &mut Queues,
+    queue: &str,
+    group: &str,
+    paused: Option<bool>,
+    weight: Option<u32>,
+) -> TestResult {
+    queues
+        .configure_group(ConfigureGroupRequest {
+            queue: queue.into(),
+            group: group.into(),
+            paused,
+            weight,
+        })
+        .await?;
+    Ok(())
+}
+
+async fn subscribe(
+    queues: &mut Queues,
+    queue: &str,
+    max_in_flight: u32,
+) -> Result<Streaming<SubscribeResponse>, tonic::Status> {
+    Ok(queues
+        .subscribe(SubscribeRequest {
+            queue: queue.into(),
+            max_in_flight,
+            visibility: ms(60_000),
+            worker_id: String::new(),
+        })
+        .await?
+        .into_inner())
+}
+
+/// The next task pushed on `stream` within `within` (heartbeats skipped), or None.
+async fn next_task(stream: &mut Streaming<SubscribeResponse>, within: Duration) -> Option<Task> {
+    let until = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(until, stream.next()).await {
+            Ok(Some(Ok(SubscribeResponse {
+                event: Some(Event::Task(task)),
+            }))) => return Some(task),
+            Ok(Some(Ok(_))) => continue,
+            Ok(other) => panic!("stream ended: {other:?}"),
+            Err(_) => return None,
+        }
+    }
+}
+
+/// Long enough for a push that is due to arrive on a loaded machine, short enough for
+/// a test that shows one does not.
+const QUIET: Duration = Duration::from_millis(400);
+
+on_each_store!(groups_take_turns_and_priority_leads_within_a_group);
+async fn groups_take_turns_and_priority_leads_within_a_group(redis: TestStore) -> TestResult {
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    // Group a first: a2 has the higher priority; b next; the ungrouped u last.
+    enqueue(
+        &mut queues,
+        "q",
+        vec![
+            task("a1", "a", 0),
+            task("a2", "a", 5),
+            task("a3", "a", 0),
+            task("b1", "b", 0),
+            task("b2", "b", 0),
+            task("u1", "", 0),
+        ],
+    )
+    .await?;
+    // Peek by group shows each group's order; without a group, the queue's order
+    // by priority, due, enqueue.
+    let peek = |group: Option<&str>| PeekRequest {
+        queue: "q".into(),
+        state: TaskState::Ready as i32,
+        limit: 10,
+        group: group.map(str::to_owned),
+    };
+    let a = queues.peek(peek(Some("a"))).await?.into_inner().tasks;
+    assert_eq!(ids(&a), ["a2", "a1", "a3"]);
+    assert_eq!((a[0].group.as_str(), a[0].priority), ("a", 5));
+    let all = queues.peek(peek(None)).await?.into_inner().tasks;
+    assert_eq!(ids(&all), ["a2", "a1", "a3", "b1", "b2", "u1"]);
+    // One at a time: each round gives every group with a task one delivery.
+    let mut order = Vec::new();
+    for _ in 0..6 {
+        let got = lease(&mut queues, "q", 1).await?;
+        assert_eq!(got.len(), 1);
+        order.push(got[0].id.clone());
+    }
+    assert_eq!(order, ["a2", "b1", "u1", "a1", "b2", "a3"]);
+    // A batch fills in the same rotation.
+    enqueue(
+        &mut queues,
+        "q2",
+        vec![
+            task("a1", "a", 0),
+            task("a2", "a", 0),
+            task("b1", "b", 9),
+            task("b2", "b", 0),
+            task("u1", "", 0),
+        ],
+    )
+    .await?;
+    assert_eq!(
+        ids(&lease(&mut queues, "q2", 10).await?),
+        ["a1", "b1", "u1", "a2", "b2"]
+    );
+    Ok(())
+}
+
+on_each_store!(a_group_s_weight_is_its_deliveries_per_round);
+async fn a_group_s_weight_is_its_deliveries_per_round(redis: TestStore) -> TestResult {
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    configure_group(&mut queues, "q", "a", None, Some(3)).await?;
+    let tasks: Vec<TaskSpec> = (1..=6)
+        .flat_map(|n| {
+            [
+                task(&format!("a{n}"), "a", 0),
+                task(&format!("b{n}"), "b", 0),
+            ]
+        })
+        .collect();
+    enqueue(&mut queues, "q", tasks).await?;
+    let mut order = Vec::new();
+    for _ in 0..8 {
+        order.extend(lease(&mut queues, "q", 1).await?.into_iter().map(|t| t.id));
+    }
+    assert_eq!(order, ["a1", "a2", "a3", "b1", "a4", "a5", "a6", "b2"]);
+    Ok(())
+}
+
+on_each_store!(a_paused_queue_takes_enqueues_and_delivers_nothing_until_resumed);
+async fn a_paused_queue_takes_enqueues_and_delivers_nothing_until_resumed(
+    redis: TestStore,
+) -> TestResult {
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    let config = configure(&mut queues, pause("q", true)).await?;
+    assert!(config.paused);
+    enqueue(
+        &mut queues,
+        "q",
+        vec![task("t1", "", 0), task("t2", "g", 0)],
+    )
+    .await?;
+    assert!(lease(&mut queues, "q", 10).await?.is_empty());
+    let stats = queues
+        .stats(StatsRequest { queue: "q".into() })
+        .await?
+        .into_inner();
+    assert_eq!(stats.ready, 2, "held back tasks count as READY");
+    assert!(stats.config.unwrap().paused);
+    // An open stream and a waiting Lease get nothing while paused.
+    let mut stream = subscribe(&mut queues, "q", 10).await?;
+    assert!(next_task(&mut stream, QUIET).await.is_none());
+    let mut waiting = queues.clone();
+    let lease_wait = tokio::spawn(async move {
+        waiting
+            .lease(LeaseRequest {
+                queue: "q".into(),
+                max_tasks: 1,
+                visibility: ms(60_000),
+                wait: ms(20_000),
+                auto_ack: false,
+            })
+            .await
+            .map(|r| r.into_inner().tasks)
+    });
+    // Resuming delivers to both at once, without polling.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let resumed = Instant::now();
+    let config = configure(&mut queues, pause("q", false)).await?;
+    assert!(!config.paused);
+    let pushed = next_task(&mut stream, common::WAIT)
+        .await
+        .expect("a push on resume");
+    let leased = lease_wait.await??;
+    assert_eq!(leased.len(), 1, "the waiting Lease got a task");
+    let mut got = vec![pushed.id, leased[0].id.clone()];
+    got.sort();
+    assert_eq!(got, ["t1", "t2"]);
+    assert!(resumed.elapsed() < common::WAIT);
+    Ok(())
+}
+
+on_each_store!(a_paused_group_is_skipped_and_comes_back_on_resume);
+async fn a_paused_group_is_skipped_and_comes_back_on_resume(redis: TestStore) -> TestResult {
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    configure_group(&mut queues, "q", "a", Some(true), None).await?;
+    enqueue(
+        &mut queues,
+        "q",
+        vec![task("a1", "a", 0), task("b1", "b", 0), task("b2", "b", 0)],
+    )
+    .await?;
+    assert_eq!(ids(&lease(&mut queues, "q", 10).await?), ["b1", "b2"]);
+    let mut stream = subscribe(&mut queues, "q", 10).await?;
+    assert!(next_task(&mut stream, QUIET).await.is_none());
+    configure_group(&mut queues, "q", "a", Some(false), None).await?;
+    let pushed = next_task(&mut stream, common::WAIT)
+        .await
+        .expect("a1 on resume");
+    assert_eq!(pushed.id, "a1");
+    Ok(())
+}
+
+on_each_store!(max_in_flight_caps_the_queue_over_replicas_and_an_ack_frees_a_slot_at_once);
+async fn max_in_flight_caps_the_queue_over_replicas_and_an_ack_frees_a_slot_at_once(
+    redis: TestStore,
+) -> TestResult {
+    let (one, two) = (
+        TestServer::start(&redis).await,
+        TestServer::start(&redis).await,
+    );
+    let (mut first, mut second) = (one.queues().await, two.queues().await);
+    configure(
+        &mut first,
+        ConfigureQueueRequest {
+            queue: "q".into(),
+            max_in_flight: Some(3),
+            ..Default::default()
+        },
+    )
+    .await?;
+    enqueue(
+        &mut first,
+        "q",
+        (1..=8).map(|n| task(&format!("t{n}"), "", 0)).collect(),
+    )
+    .await?;
+    let a = lease(&mut first, "q", 2).await?;
+    let b = lease(&mut second, "q", 5).await?;
+    assert_eq!(
+        (a.len(), b.len()),
+        (2, 1),
+        "three in flight over both replicas"
+    );
+    assert!(lease(&mut first, "q", 5).await?.is_empty());
+    // A stream on the other replica waits for a slot; an Ack on this one frees it.
+    let mut stream = subscribe(&mut second, "q", 10).await?;
+    assert!(next_task(&mut stream, QUIET).await.is_none());
+    assert_eq!(ack(&mut first, "q", &a[..1]).await?, [true]);
+    let pushed = next_task(&mut stream, common::WAIT)
+        .await
+        .expect("a push after the ack");
+    assert_eq!(pushed.id, "t4");
+    assert!(
+        next_task(&mut stream, QUIET).await.is_none(),
+        "still capped at 3"
+    );
+    // Removing the cap lets the rest go.
+    configure(
+        &mut first,
+        ConfigureQueueRequest {
+            queue: "q".into(),
+            max_in_flight: Some(0),
+            ..Default::default()
+        },
+    )
+    .await?;
+    for _ in 0..4 {
+        next_task(&mut stream, common::WAIT)
+            .await
+            .expect("the rest");
+    }
+    Ok(())
+}
+
+on_each_store!(group_max_in_flight_one_delivers_a_group_in_order_through_nacks_and_deaths);
+async fn group_max_in_flight_one_delivers_a_group_in_order_through_nacks_and_deaths(
+    redis: TestStore,
+) -> TestResult {
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    configure(
+        &mut queues,
+        ConfigureQueueRequest {
+            queue: "q".into(),
+            group_max_in_flight: Some(1),
+            ..Default::default()
+        },
+    )
+    .await?;
+    let mut dies = task("a2", "a", 0);
+    dies.max_attempts = 1;
+    enqueue(
+        &mut queues,
+        "q",
+        vec![
+            task("a1", "a", 0),
+            dies,
+            task("a3", "a", 0),
+            task("b1", "b", 0),
+        ],
+    )
+    .await?;
+    // Two subscribers: the group still goes one task at a time.
+    let mut one = subscribe(&mut queues, "q", 10).await?;
+    let mut two = subscribe(&mut queues.clone(), "q", 10).await?;
+    let mut first = Vec::new();
+    for _ in 0..2 {
+        let got = tokio::select! {
+            t = next_task(&mut one, common::WAIT) => t,
+            t = next_task(&mut two, common::WAIT) => t,
+        };
+        first.push(got.expect("a push"));
+    }
+    first.sort_by(|x, y| x.id.cmp(&y.id));
+    assert_eq!(ids(&first), ["a1", "b1"]);
+    assert!(
+        lease(&mut queues, "q", 10).await?.is_empty(),
+        "a waits for a1"
+    );
+    // a1 is nacked with a delay: the group waits through it, then gets a1 again.
+    let nacked = Instant::now();
+    queues
+        .nack(NackRequest {
+            queue: "q".into(),
+            receipt: first[0].receipt.clone(),
+            delay: ms(300),
+        })
+        .await?;
+    assert!(
+        lease(&mut queues, "q", 10).await?.is_empty(),
+        "a waits through the delay"
+    );
+    let again = tokio::select! {
+        t = next_task(&mut one, common::WAIT) => t,
+        t = next_task(&mut two, common::WAIT) => t,
+    }
+    .expect("a1 again");
+    assert_eq!((again.id.as_str(), again.attempt), ("a1", 2));
+    assert!(nacked.elapsed() >= Duration::from_millis(290));
+    assert_eq!(ack(&mut queues, "q", &[again]).await?, [true]);
+    // a2 dies on its one attempt: the next one goes.
+    let next = lease(&mut queues, "q", 10).await;
+    let a2 = match next {
+        Ok(tasks) if !tasks.is_empty() => tasks,
+        _ => vec![tokio::select! {
+            t = next_task(&mut one, common::WAIT) => t,
+            t = next_task(&mut two, common::WAIT) => t,
+        }
+        .expect("a2")],
+    };
+    assert_eq!(ids(&a2), ["a2"]);
+    let dead = queues
+        .nack(NackRequest {
+            queue: "q".into(),
+            receipt: a2[0].receipt.clone(),
+            delay: None,
+        })
+        .await?
+        .into_inner();
+    assert!(dead.dead);
+    let a3 = tokio::select! {
+        t = next_task(&mut one, common::WAIT) => t,
+        t = next_task(&mut two, common::WAIT) => t,
+    }
+    .expect("a3 after a2 died");
+    assert_eq!(a3.id, "a3");
+    Ok(())
+}
+
+on_each_store!(a_rate_limit_bounds_every_window_of_starts);
+async fn a_rate_limit_bounds_every_window_of_starts(redis: TestStore) -> TestResult {
+    let (one, two) = (
+        TestServer::start(&redis).await,
+        TestServer::start(&redis).await,
+    );
+    let mut queues = one.queues().await;
+    let (limit, burst, period_ms) = (20u32, 3u32, 1000i64);
+    let config = configure(
+        &mut queues,
+        ConfigureQueueRequest {
+            queue: "q".into(),
+            rate_limit: Some(RateLimit {
+                limit,
+                period: ms(period_ms),
+                burst,
+            }),
+            ..Default::default()
+        },
+    )
+    .await?;
+    assert_eq!(config.rate_limit.unwrap().burst, burst);
+    enqueue(
+        &mut queues,
+        "q",
+        (1..=30).map(|n| task(&format!("t{n:02}"), "", 0)).collect(),
+    )
+    .await?;
+    // The burst goes at once, and no more.
+    let first = lease(&mut queues, "q", 10).await?;
+    assert_eq!(first.len(), burst as usize);
+    assert!(lease(&mut queues, "q", 10).await?.is_empty());
+    // A delivery's start on Redis' clock: its lease's end less its visibility.
+    let start = |task: &Task| unix_ms(&task.lease_expires_at) - 60_000;
+    let mut starts: Vec<i64> = first.iter().map(start).collect();
+    // Two streams on two replicas take the rest as the limit allows.
+    let mut streams = vec![
+        subscribe(&mut queues, "q", 100).await?,
+        subscribe(&mut two.queues().await, "q", 100).await?,
+    ];
+    while starts.len() < 15 {
+        let task = next_of_two(&mut streams)
+            .await
+            .expect("a delivery within the limit");
+        starts.push(start(&task));
+    }
+    starts.sort();
+    for (i, from) in starts.iter().enumerate() {
+        for (j, to) in starts.iter().enumerate().skip(i) {
+            let t = to - from;
+            let allowed = burst as i64 + limit as i64 * t / period_ms;
+            assert!(
+                (j - i + 1) as i64 <= allowed,
+                "{} starts in {t} ms: {starts:?}",
+                j - i + 1
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The next task of whichever of two streams pushes first.
+async fn next_of_two(streams: &mut [Streaming<SubscribeResponse>]) -> Option<Task> {
+    let (first, rest) = streams.split_at_mut(1);
+    tokio::select! {
+        t = next_task(&mut first[0], common::WAIT) => t,
+        t = next_task(&mut rest[0], common::WAIT) => t,
+    }
+}
+
+on_each_store!(configure_queue_changes_only_the_fields_it_sets);
+async fn configure_queue_changes_only_the_fields_it_sets(redis: TestStore) -> TestResult {
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    let config = configure(
+        &mut queues,
+        ConfigureQueueRequest {
+            queue: "q".into(),
+            max_in_flight: Some(5),
+            group_max_in_flight: Some(2),
+            rate_limit: Some(RateLimit {
+                limit: 100,
+                period: None,
+                burst: 0,
+            }),
+            ..Default::default()
+        },
+    )
+    .await?;
+    let limit = config.rate_limit.unwrap();
+    assert_eq!(
+        (limit.limit, limit.burst),
+        (100, 100),
+        "burst defaults to limit"
+    );
+    assert_eq!(limit.period, ms(1000), "period defaults to 1 s");
+    let config = configure(&mut queues, pause("q", true)).await?;
+    assert!(config.paused);
+    assert_eq!((config.max_in_flight, config.group_max_in_flight), (5, 2));
+    assert!(config.rate_limit.is_some());
+    let config = configure(
+        &mut queues,
+        ConfigureQueueRequest {
+            queue: "q".into(),
+            rate_limit: Some(RateLimit::default()),
+            ..Default::default()
+        },
+    )
+    .await?;
+    assert!(config.rate_limit.is_none(), "limit 0 removes it");
+    assert!(config.paused);
+    // Kept in Redis: a new server sees it.
+    drop(server);
+    let server = TestServer::start(&redis).await;
+    let stats = server
+        .queues()
+        .await
+        .stats(StatsRequest { queue: "q".into() })
+        .await?
+        .into_inner();
+    assert_eq!(stats.config, Some(config));
+    Ok(())
+}
+
+on_each_store!(a_paused_queue_with_open_streams_costs_redis_nothing, own cluster);
+async fn a_paused_queue_with_open_streams_costs_redis_nothing(redis: TestStore) -> TestResult {
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    configure(&mut queues, pause("q", true)).await?;
+    // READY tasks, grouped and not, and one that falls due during the window below.
+    enqueue(
+        &mut queues,
+        "q",
+        vec![task("t1", "g", 3), task("t2", "", 0)],
+    )
+    .await?;
+    let mut delayed = task("t3", "", 0);
+    delayed.schedule = Some(Schedule::Delay(ms(1_000).unwrap()));
+    enqueue(&mut queues, "q", vec![delayed]).await?;
+    let mut streams = Vec::new();
+    for _ in 0..100 {
+        streams.push(subscribe(&mut queues, "q", 5).await?);
+    }
+    server
+        .wait_metric("turnstile_streams_open{kind=\"subscribe\"}", 100.0)
+        .await;
+    // Once the joins' first passes are over, a 2 s window holds only our INFO and the
+    // health probe's PINGs: no feed looks at the paused queue, not even when its
+    // delayed task falls due.
+    common::eventually_explained("a quiet 2 s", common::WAIT, || async {
+        let before = redis.total_commands().await;
+        // The measured window: what is checked is that nothing happens in it.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let spent = redis.total_commands().await - before;
+        if spent < 20 {
+            return Ok(());
+        }
+        Err(format!(
+            "{spent} commands in 2 s with 100 streams on a paused queue"
+        ))
+    })
+    .await;
+    // Resumed, the streams get all three.
+    configure(&mut queues, pause("q", false)).await?;
+    common::eventually("three deliveries", common::WAIT, || {
+        let queues = queues.clone();
+        async move {
+            let stats = queues
+                .clone()
+                .stats(StatsRequest { queue: "q".into() })
+                .await
+                .map(|r| r.into_inner());
+            matches!(stats, Ok(s) if s.in_flight == 3)
+        }
+    })
+    .await;
+    drop(streams);
+    Ok(())
+}
