@@ -25,6 +25,8 @@ pub enum Method {
     Stats,
     ConfigureQueue,
     ConfigureGroup,
+    ListQueues,
+    ListGroups,
     Subscribe,
 }
 
@@ -35,7 +37,7 @@ pub const QUEUE_SERVICE: &str = "turnstile.v1.QueueService";
 
 impl Method {
     /// Every method, in the order of [`Method::index`].
-    pub const ALL: [Method; 19] = [
+    pub const ALL: [Method; 21] = [
         Method::Acquire,
         Method::Release,
         Method::Extend,
@@ -54,6 +56,8 @@ impl Method {
         Method::Stats,
         Method::ConfigureQueue,
         Method::ConfigureGroup,
+        Method::ListQueues,
+        Method::ListGroups,
         Method::Subscribe,
     ];
 
@@ -83,6 +87,8 @@ impl Method {
             Method::Stats => "Stats",
             Method::ConfigureQueue => "ConfigureQueue",
             Method::ConfigureGroup => "ConfigureGroup",
+            Method::ListQueues => "ListQueues",
+            Method::ListGroups => "ListGroups",
             Method::Subscribe => "Subscribe",
         }
     }
@@ -108,6 +114,8 @@ impl Method {
             | Method::Stats
             | Method::ConfigureQueue
             | Method::ConfigureGroup
+            | Method::ListQueues
+            | Method::ListGroups
             | Method::Subscribe => QUEUE_SERVICE,
         }
     }
@@ -142,6 +150,8 @@ impl Method {
             (QUEUE_SERVICE, "Stats") => Method::Stats,
             (QUEUE_SERVICE, "ConfigureQueue") => Method::ConfigureQueue,
             (QUEUE_SERVICE, "ConfigureGroup") => Method::ConfigureGroup,
+            (QUEUE_SERVICE, "ListQueues") => Method::ListQueues,
+            (QUEUE_SERVICE, "ListGroups") => Method::ListGroups,
             (QUEUE_SERVICE, "Subscribe") => Method::Subscribe,
             _ => return None,
         })

@@ -17,6 +17,12 @@ pub fn name<'a>(field: &'static str, value: &'a str) -> Result<&'a str> {
     text(field, value, MAX_NAME_BYTES, false)
 }
 
+/// An optional name (`prefix`): empty, or at most 512 bytes without control
+/// characters.
+pub fn optional_name<'a>(field: &'static str, value: &'a str) -> Result<&'a str> {
+    text(field, value, MAX_NAME_BYTES, true)
+}
+
 /// An owner or worker id: 1–256 bytes, no control characters.
 pub fn owner<'a>(field: &'static str, value: &'a str) -> Result<&'a str> {
     text(field, value, MAX_OWNER_BYTES, false)

@@ -37,7 +37,8 @@ pub enum Permission {
     Produce,
     /// Lease, Ack, Nack, ExtendLease, Subscribe.
     Consume,
-    /// Peek, Stats, Cancel, Redrive, ConfigureQueue, ConfigureGroup.
+    /// Peek, Stats, Cancel, Redrive, ConfigureQueue, ConfigureGroup, ListQueues,
+    /// ListGroups.
     Admin,
 }
 
@@ -87,7 +88,9 @@ impl Permission {
             | Method::Redrive
             | Method::Stats
             | Method::ConfigureQueue
-            | Method::ConfigureGroup => Self::Admin,
+            | Method::ConfigureGroup
+            | Method::ListQueues
+            | Method::ListGroups => Self::Admin,
         }
     }
 

@@ -142,3 +142,78 @@ pub fn group_config_message(config: GroupConfig) -> pb::GroupConfig {
         weight: config.weight,
     }
 }
+
+/// What a page token continues: a listing of queues or of one queue's groups.
+#[derive(Clone, Copy)]
+pub enum Listing {
+    Queues,
+    Groups,
+}
+
+impl Listing {
+    fn mark(self) -> &'static str {
+        match self {
+            Listing::Queues => "q1.",
+            Listing::Groups => "g1.",
+        }
+    }
+}
+
+/// The page token that continues a listing after `name`: its kind, then the name in
+/// hex (opaque to clients, and checked when it comes back).
+pub fn page_token(listing: Listing, name: Option<String>) -> String {
+    let Some(name) = name else {
+        return String::new();
+    };
+    let mut token = String::from(listing.mark());
+    for byte in name.bytes() {
+        token.push_str(&format!("{byte:02x}"));
+    }
+    token
+}
+
+/// The name a page token continues after (None: the first page); a token we did not
+/// make for this listing is INVALID_ARGUMENT naming `page_token`.
+pub fn page_after(listing: Listing, token: &str) -> Result<Option<String>> {
+    if token.is_empty() {
+        return Ok(None);
+    }
+    let refused = || Error::invalid("page_token", "not a page token of this listing");
+    let hex = token.strip_prefix(listing.mark()).ok_or_else(refused)?;
+    if hex.len() % 2 != 0 || hex.len() > 2 * validate::MAX_NAME_BYTES {
+        return Err(refused());
+    }
+    let bytes = (0..hex.len())
+        .step_by(2)
+        .map(|at| u8::from_str_radix(&hex[at..at + 2], 16))
+        .collect::<Result<Vec<u8>, _>>()
+        .map_err(|_| refused())?;
+    String::from_utf8(bytes).map(Some).map_err(|_| refused())
+}
+
+/// A listing's page size: default 100, at most 1000.
+pub fn page_size(value: u32) -> Result<usize> {
+    validate::count("page_size", value, 100, 1000).map(|size| size as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_page_token_gives_back_its_name_and_refuses_any_other() {
+        for name in ["orders", "", "naïve/queue"] {
+            let token = page_token(Listing::Queues, Some(name.into()));
+            assert_eq!(
+                page_after(Listing::Queues, &token).unwrap().as_deref(),
+                Some(name)
+            );
+            assert!(page_after(Listing::Groups, &token).is_err());
+        }
+        assert_eq!(page_token(Listing::Groups, None), "");
+        assert_eq!(page_after(Listing::Groups, "").unwrap(), None);
+        for bad in ["q1.zz", "q1.abc", "orders", "q1.ff"] {
+            assert!(page_after(Listing::Queues, bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -8,7 +8,7 @@ use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status};
 
 use super::{
-    flow,
+    flow::{self, Listing},
     pb::{self, queue_service_server::QueueService},
     rpc::{self, record, record_count, Bound, ResponseStream},
 };
@@ -466,6 +466,84 @@ impl QueueService for QueueApi {
                     .await?;
                 Ok(pb::ConfigureGroupResponse {
                     config: Some(flow::group_config_message(config)),
+                })
+            },
+        )
+        .await
+    }
+
+    async fn list_queues(
+        &self,
+        request: Request<pb::ListQueuesRequest>,
+    ) -> Result<Response<pb::ListQueuesResponse>, Status> {
+        rpc::unary(
+            Method::ListQueues,
+            Bound::Race,
+            request,
+            |call, r| async move {
+                let prefix = validate::optional_name("prefix", &r.prefix)?;
+                let size = flow::page_size(r.page_size)?;
+                let after = flow::page_after(Listing::Queues, &r.page_token)?;
+                let page = self
+                    .store
+                    .tenant(&call.tenant)
+                    .list_queues(prefix, after.as_deref(), size)
+                    .await?;
+                record_count(page.items.len());
+                Ok(pb::ListQueuesResponse {
+                    queues: page
+                        .items
+                        .into_iter()
+                        .map(|q| pb::QueueSummary {
+                            queue: q.queue,
+                            ready: q.stats.ready,
+                            delayed: q.stats.delayed,
+                            in_flight: q.stats.in_flight,
+                            dead: q.stats.dead,
+                            oldest_ready_at: q.stats.oldest_ready_at_ms.map(timestamp_from_ms),
+                            next_due_at: q.stats.next_due_at_ms.map(timestamp_from_ms),
+                            config: Some(flow::config_message(q.stats.config)),
+                        })
+                        .collect(),
+                    next_page_token: flow::page_token(Listing::Queues, page.after),
+                })
+            },
+        )
+        .await
+    }
+
+    async fn list_groups(
+        &self,
+        request: Request<pb::ListGroupsRequest>,
+    ) -> Result<Response<pb::ListGroupsResponse>, Status> {
+        rpc::unary(
+            Method::ListGroups,
+            Bound::Race,
+            request,
+            |call, r| async move {
+                let queue = queue_name(&call, &r.queue)?;
+                let size = flow::page_size(r.page_size)?;
+                let after = flow::page_after(Listing::Groups, &r.page_token)?;
+                let page = self
+                    .store
+                    .tenant(&call.tenant)
+                    .list_groups(queue, after.as_deref(), size)
+                    .await?;
+                record_count(page.items.len());
+                Ok(pb::ListGroupsResponse {
+                    groups: page
+                        .items
+                        .into_iter()
+                        .map(|g| pb::GroupSummary {
+                            group: g.group,
+                            ready: g.ready,
+                            delayed: g.delayed,
+                            in_flight: g.in_flight,
+                            dead: g.dead,
+                            config: Some(flow::group_config_message(g.config)),
+                        })
+                        .collect(),
+                    next_page_token: flow::page_token(Listing::Groups, page.after),
                 })
             },
         )

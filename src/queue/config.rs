@@ -118,6 +118,7 @@ impl QueueStore {
         queue: &str,
         change: &QueueConfigChange,
     ) -> Result<QueueConfig> {
+        self.name_queue(queue).await?;
         let keys = self.keys(queue);
         let mut call = call(&self.scripts.configure_queue, &keys);
         call.arg(self.redis.keys.channel(Event::QueueChanged))
@@ -152,6 +153,7 @@ impl QueueStore {
         paused: Option<bool>,
         weight: Option<u32>,
     ) -> Result<GroupConfig> {
+        self.name_queue(queue).await?;
         let keys = self.keys(queue);
         let mut call = call(&self.scripts.configure_group, &keys);
         call.arg(self.redis.keys.channel(Event::QueueChanged))

@@ -7,7 +7,8 @@
 //! - `store.rs`: one method per script call; `replies.rs` decodes what they answer.
 //! - `long_poll.rs`: `Lease` with `wait`, and giving back what a gone caller leased.
 //! - `acks.rs`: Ack by group commit.
-//! - `config.rs`: flow control's queue and group settings (`lua/include/flow.lua`).
+//! - `config.rs`: flow control's queue and group settings (`lua/include/flow.lua`);
+//!   `listing.rs`: the tenant's queues and a queue's groups, a page at a time.
 //! - `watch.rs`: wake-ups of waiting `Lease` calls; `scheduler.rs`: the Subscribe
 //!   feeds of this replica; `feed.rs`: one queue's feed and its pass; `subscribe.rs`:
 //!   a Subscribe stream (its settings and the stream a caller reads).
@@ -17,6 +18,7 @@
 mod acks;
 mod config;
 mod feed;
+mod listing;
 mod long_poll;
 mod model;
 mod replies;
@@ -43,6 +45,7 @@ pub use config::{
     GroupConfig, QueueConfig, QueueConfigChange, RateLimit, MAX_RATE_LIMIT, MAX_WEIGHT,
     RATE_PERIODS,
 };
+pub use listing::{GroupSummary, Page, QueueSummary};
 pub use model::{
     Dispatched, Enqueued, LeaseSpec, Leased, Nacked, NewTask, Schedule, Stats, StreamSlots, Task,
     TaskState,
@@ -78,6 +81,8 @@ pub struct QueueStore {
     acks: Arc<GroupCommit<String, String, bool>>,
     /// Long polls run on its tracker, and give back what their callers left behind.
     shutdown: Shutdown,
+    /// The queues this server named in their tenants' registries lately.
+    listed: Arc<listing::Listed>,
 }
 
 impl TenantScoped for QueueStore {
@@ -95,6 +100,7 @@ impl QueueStore {
             watch: Arc::default(),
             acks: GroupCommit::new(MAX_BATCH),
             shutdown,
+            listed: Arc::default(),
         }
     }
 

@@ -24,7 +24,7 @@ impl QueueStore {
     /// worth of them (`lua/include/reclaim.lua`) answers AGAIN having done nothing else,
     /// and runs again: each run stays short however many leases ran out at once, and
     /// the run that does the work never sees a lease that ran out as live.
-    async fn invoke_reclaiming<T: redis::FromRedisValue>(
+    pub(super) async fn invoke_reclaiming<T: redis::FromRedisValue>(
         &self,
         call: &crate::redis::Invocation<'_>,
     ) -> Result<T> {
@@ -39,6 +39,7 @@ impl QueueStore {
 
     /// Adds a batch atomically; one result per task, in order.
     pub async fn enqueue(&self, queue: &str, tasks: &[NewTask]) -> Result<Vec<Enqueued>> {
+        self.name_queue(queue).await?;
         let keys = self.keys(queue);
         let mut call = call(&self.scripts.enqueue, &keys);
         call.arg(self.redis.keys.channel(Event::QueueChanged))

@@ -45,8 +45,9 @@ pub struct LockKeys {
 pub struct QueueKeys {
     /// Every key, in script order: pending, inflight, dead, tasks, payloads, reserved,
     /// seq, leased, counters, then flow control's config, ready, ranked, rotation,
-    /// groups, wakeups (`src/queue/lua/include/keys.lua` says what each holds).
-    pub all: [String; 15],
+    /// groups, wakeups, group_index (`src/queue/lua/include/keys.lua` says what each
+    /// holds).
+    pub all: [String; 16],
 }
 
 impl QueueKeys {
@@ -124,11 +125,34 @@ impl Keys {
         let base = format!("{}:queue:{{{}}}", self.space, encode(name));
         QueueKeys {
             all: [
-                "pending", "inflight", "dead", "tasks", "payloads", "reserved", "seq", "leased",
-                "counters", "config", "ready", "ranked", "rotation", "groups", "wakeups",
+                "pending",
+                "inflight",
+                "dead",
+                "tasks",
+                "payloads",
+                "reserved",
+                "seq",
+                "leased",
+                "counters",
+                "config",
+                "ready",
+                "ranked",
+                "rotation",
+                "groups",
+                "wakeups",
+                "group_index",
             ]
             .map(|part| format!("{base}:{part}")),
         }
+    }
+
+    /// This tenant's queue registry, on one slot: the names of its queues that hold a
+    /// task or a config (a zset, all score 0, by name), and when a server last named
+    /// each (a hash, name -> Unix ms).
+    pub fn queue_registry(&self) -> (String, String) {
+        let registry = format!("{}:queues:{{{}}}", self.space, self.tenant);
+        let named = format!("{registry}:named");
+        (registry, named)
     }
 
     /// This tenant's channel for `event`.

@@ -12,9 +12,10 @@ use tokio_stream::StreamExt;
 use tonic::{transport::Channel, Streaming};
 use turnstile::pb::{
     queue_service_client::QueueServiceClient, subscribe_response::Event, task_spec::Schedule,
-    AckRequest, ConfigureGroupRequest, ConfigureQueueRequest, EnqueueRequest, LeaseRequest,
-    NackRequest, PeekRequest, QueueConfig, RateLimit, StatsRequest, SubscribeRequest,
-    SubscribeResponse, Task, TaskSpec, TaskState,
+    AckRequest, ConfigureGroupRequest, ConfigureQueueRequest, EnqueueRequest, GroupConfig,
+    GroupSummary, LeaseRequest, ListGroupsRequest, ListQueuesRequest, NackRequest, PeekRequest,
+    QueueConfig, RateLimit, StatsRequest, SubscribeRequest, SubscribeResponse, Task, TaskSpec,
+    TaskState,
 };
 
 type Queues = QueueServiceClient<Channel>;
@@ -247,8 +248,8 @@ async fn a_paused_queue_takes_enqueues_and_delivers_nothing_until_resumed(
         .into_inner();
     assert_eq!(stats.ready, 2, "held back tasks count as READY");
     assert!(stats.config.unwrap().paused);
-    // An open stream and a waiting Lease get nothing while paused.
-    let mut stream = subscribe(&mut queues, "q", 10).await?;
+    // An open stream (room for one) and a waiting Lease get nothing while paused.
+    let mut stream = subscribe(&mut queues, "q", 1).await?;
     assert!(next_task(&mut stream, QUIET).await.is_none());
     let mut waiting = queues.clone();
     let lease_wait = tokio::spawn(async move {
@@ -636,5 +637,120 @@ async fn a_paused_queue_with_open_streams_costs_redis_nothing(redis: TestStore) 
     })
     .await;
     drop(streams);
+    Ok(())
+}
+
+on_each_store!(list_queues_pages_every_queue_of_a_prefix_once_by_name);
+async fn list_queues_pages_every_queue_of_a_prefix_once_by_name(redis: TestStore) -> TestResult {
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    let names: Vec<String> = (0..250).map(|n| format!("lq-{n:03}")).collect();
+    for name in &names {
+        enqueue(&mut queues, name, vec![task("t", "", 0)]).await?;
+    }
+    enqueue(&mut queues, "other", vec![task("t", "", 0)]).await?;
+    configure(&mut queues, pause("lq-config-only", true)).await?;
+    let mut seen = Vec::new();
+    let mut token = String::new();
+    let mut pages = 0;
+    loop {
+        let page = queues
+            .list_queues(ListQueuesRequest {
+                prefix: "lq-".into(),
+                page_size: 100,
+                page_token: token.clone(),
+            })
+            .await?
+            .into_inner();
+        pages += 1;
+        for queue in &page.queues {
+            if queue.queue != "lq-config-only" {
+                assert_eq!((queue.ready, queue.delayed), (1, 0), "{}", queue.queue);
+            } else {
+                assert!(queue.config.as_ref().unwrap().paused);
+            }
+        }
+        seen.extend(page.queues.into_iter().map(|q| q.queue));
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        token = page.next_page_token;
+    }
+    let mut wanted = names.clone();
+    wanted.push("lq-config-only".into());
+    wanted.sort();
+    assert_eq!(
+        seen, wanted,
+        "each queue once, by name, none of another prefix"
+    );
+    assert_eq!(pages, 3);
+    Ok(())
+}
+
+on_each_store!(list_groups_counts_each_group_s_tasks_by_state_and_pages_by_name);
+async fn list_groups_counts_each_group_s_tasks_by_state_and_pages_by_name(
+    redis: TestStore,
+) -> TestResult {
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    // An ungrouped task from before the queue used groups, then 25 groups.
+    enqueue(&mut queues, "q", vec![task("u", "", 0)]).await?;
+    let mut tasks: Vec<TaskSpec> = (0..25)
+        .map(|n| task(&format!("t{n}"), &format!("g{n:02}"), 0))
+        .collect();
+    let mut later = task("later", "g00", 0);
+    later.schedule = Some(Schedule::Delay(ms(3_600_000).unwrap()));
+    let mut dies = task("dies", "g00", 0);
+    dies.max_attempts = 1;
+    tasks.extend([later, dies]);
+    enqueue(&mut queues, "q", tasks).await?;
+    configure_group(&mut queues, "q", "g01", Some(true), Some(4)).await?;
+    // Everything READY goes in flight but g01's (paused); `dies` dies.
+    let taken = lease(&mut queues, "q", 100).await?;
+    assert_eq!(taken.len(), 26);
+    let dies = taken.iter().find(|t| t.id == "dies").expect("dies leased");
+    queues
+        .nack(NackRequest {
+            queue: "q".into(),
+            receipt: dies.receipt.clone(),
+            delay: None,
+        })
+        .await?;
+    let mut seen = Vec::new();
+    let mut token = String::new();
+    loop {
+        let page = queues
+            .list_groups(ListGroupsRequest {
+                queue: "q".into(),
+                page_size: 10,
+                page_token: token.clone(),
+            })
+            .await?
+            .into_inner();
+        assert!(page.groups.len() <= 10);
+        seen.extend(page.groups);
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        token = page.next_page_token;
+    }
+    let names: Vec<&str> = seen.iter().map(|g| g.group.as_str()).collect();
+    let mut wanted: Vec<String> = (0..25).map(|n| format!("g{n:02}")).collect();
+    wanted.insert(0, String::new());
+    assert_eq!(names, wanted);
+    let by = |name: &str| seen.iter().find(|g| g.group == name).unwrap();
+    let counts = |g: &GroupSummary| (g.ready, g.delayed, g.in_flight, g.dead);
+    assert_eq!(counts(by("")), (0, 0, 1, 0));
+    assert_eq!(counts(by("g00")), (0, 1, 1, 1));
+    assert_eq!(counts(by("g24")), (0, 0, 1, 0));
+    let g01 = by("g01");
+    assert_eq!(counts(g01), (1, 0, 0, 0));
+    assert_eq!(
+        g01.config,
+        Some(GroupConfig {
+            paused: true,
+            weight: 4
+        })
+    );
     Ok(())
 }

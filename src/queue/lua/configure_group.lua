@@ -15,6 +15,7 @@ local changed_channel, changed_message, group, paused, weight =
 local now = now_ms()
 open_flow(now)
 enter_flow()
+redis.call('ZADD', group_index, 0, group)
 if weight == '0' then
   redis.call('HDEL', groups, gfield(group, 'w'))
 elseif weight ~= '' then
@@ -30,5 +31,6 @@ elseif paused == '0' then
   consider(group)
   redis.call('PUBLISH', changed_channel, changed_message)
 end
+drop_if_idle(group)
 local state = redis.call('HMGET', groups, gfield(group, 'p'), gfield(group, 'w'))
 return {state[1] == '1' and 1 or 0, number_of(state[2])}

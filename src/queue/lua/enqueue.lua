@@ -105,9 +105,12 @@ end
 if #order > 0 then
   for _, old in ipairs(removed) do
     unplace(old[1], old[2])
+    if flow.on then
+      count_group(old[2].group, 'n', -1)
+    end
   end
   local seq = redis.call('INCRBY', enqueue_seq, #order) - #order
-  local metas, bodies, members, r = {}, {}, {}, readying()
+  local metas, bodies, members, r, added = {}, {}, {}, readying(), {}
   for at, id in ipairs(order) do
     local plan = planned[id]
     if plan.at == at then
@@ -115,6 +118,9 @@ if #order > 0 then
       plan.seq = string.format('%015d', seq)
       metas[#metas + 1] = id; metas[#metas + 1] = encode(plan)
       bodies[#bodies + 1] = id; bodies[#bodies + 1] = plan.payload
+      if flow.on then
+        added[plan.group] = (added[plan.group] or 0) + 1
+      end
       if flow.on and plan.due <= now then
         r.add(id, plan.seq, plan.priority, plan.due, plan.group)
       else
@@ -126,6 +132,9 @@ if #order > 0 then
   bulk('HSET', payloads, bodies)
   if #members > 0 then
     bulk('ZADD', pending, members)
+  end
+  for group, count in pairs(added) do
+    count_group(group, 'n', count)
   end
   r.place()
   redis.call('PUBLISH', changed_channel, changed_message)

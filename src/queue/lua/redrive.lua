@@ -46,6 +46,9 @@ for n, id in ipairs(ids) do
     meta.state = PENDING
     meta.attempt = 0
     gone[#gone + 1] = entry
+    if flow.on then
+      count_group(meta.group, 'x', -1)
+    end
     if flow.on and meta.due <= now then
       r.add(id, meta.seq, meta.priority, meta.due, meta.group)
     else

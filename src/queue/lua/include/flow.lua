@@ -34,16 +34,57 @@ local function open_flow(now)
   flow.cfg, flow.on, flow.now = cfg, cfg.flow == '1', now
 end
 
--- Turns flow mode on (for good: the tasks waiting in pending are promoted as due).
-local function enter_flow()
-  if not flow.on then
-    redis.call('HSET', config, 'flow', '1')
-    flow.cfg.flow, flow.on = '1', true
+local function number_of(text)
+  return tonumber(text or '0') or 0
+end
+
+-- A group's state field.
+local function gfield(group, field)
+  return group .. '\0' .. field
+end
+
+-- A group with no task and no config leaves the group index.
+local function drop_if_idle(group)
+  local state = redis.call('HMGET', groups, gfield(group, 'n'), gfield(group, 'p'),
+    gfield(group, 'w'))
+  if not (state[1] or state[2] or state[3]) then
+    redis.call('ZREM', group_index, group)
   end
 end
 
-local function number_of(text)
-  return tonumber(text or '0') or 0
+-- Counts a group's tasks (field n) or DEAD tasks (x) up or down by delta.
+local function count_group(group, field, delta)
+  if delta > 0 and field == 'n' then
+    redis.call('ZADD', group_index, 0, group)
+  end
+  local left = redis.call('HINCRBY', groups, gfield(group, field), delta)
+  if left <= 0 then
+    redis.call('HDEL', groups, gfield(group, field))
+    if field == 'n' then
+      drop_if_idle(group)
+    end
+  end
+end
+
+-- Turns flow mode on (for good: the tasks waiting in pending are promoted as due).
+-- Every task there is then is ungrouped: the group '' takes over the queue's counts.
+local function enter_flow()
+  if flow.on then
+    return
+  end
+  redis.call('HSET', config, 'flow', '1')
+  flow.cfg.flow, flow.on = '1', true
+  local waiting, leased_out, dead_tasks = redis.call('ZCARD', pending),
+    redis.call('ZCARD', inflight), redis.call('ZCARD', dead)
+  for field, count in pairs({n = waiting + leased_out + dead_tasks, f = leased_out,
+      x = dead_tasks}) do
+    if count > 0 then
+      redis.call('HSET', groups, gfield('', field), count)
+    end
+  end
+  if waiting + leased_out + dead_tasks > 0 then
+    redis.call('ZADD', group_index, 0, '')
+  end
 end
 
 local function clamp_due(due)
@@ -68,11 +109,6 @@ end
 
 local function rank_score(priority, due)
   return string.format('%d', (9 - priority) * PRIORITY_BAND + clamp_due(due))
-end
-
--- A group's state field.
-local function gfield(group, field)
-  return group .. '\0' .. field
 end
 
 -- A RateLimit as stored ("limit period_ms burst"), as GCRA's emission interval and
@@ -245,6 +281,9 @@ local function unplace(id, meta)
   redis.call('ZREM', pending, entry)
   redis.call('ZREM', dead, entry)
   if flow.on then
+    if meta.state == DEAD then
+      count_group(meta.group, 'x', -1)
+    end
     redis.call('ZREM', ranked, entry)
     redis.call('ZREM', ready,
       ready_entry(meta.group, meta.priority, meta.due, meta.seq, id))

@@ -17,6 +17,9 @@ local function give_back(id, meta, due)
     meta.state = DEAD
     redis.call('ZADD', dead, meta.due, member_of(meta, id))
     redis.call('HINCRBY', counters, 'dead', 1)
+    if flow.on then
+      count_group(meta.group, 'x', 1)
+    end
   else
     meta.state = PENDING
     meta.due = due

@@ -22,10 +22,12 @@
 --   rotation     zset    groups that can deliver now, in turn order (score = turn)
 --   groups       hash    "<group>\0<field>" -> a group's state: w weight, p paused,
 --                        f in flight, c deliveries in its current turn, h the task it
---                        must deliver next (one at a time), t its rate limiter
+--                        must deliver next (one at a time), t its rate limiter, n its
+--                        tasks (any state), x its DEAD tasks
 --   wakeups      zset    blocked groups -> when a rate limit lets them go again
 --                        (CAPPED: waiting for a delivery of theirs to end)
+--   group_index  zset    the groups that hold a task or a config, all score 0 (by name)
 local pending, inflight, dead, tasks, payloads, reserved, enqueue_seq, leased, counters =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
-local config, ready, ranked, rotation, groups, wakeups =
-  KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15]
+local config, ready, ranked, rotation, groups, wakeups, group_index =
+  KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16]
