@@ -68,7 +68,7 @@ fn write_auth_file(path: &PathBuf, grants: &[(&str, &str, &[&str])]) -> PathBuf 
 const ALL: &[&str] = &["lock", "produce", "consume", "admin"];
 
 /// Every RPC, and the permission the contract says it needs.
-const RPCS: [(&str, &str); 19] = [
+const RPCS: [(&str, &str); 21] = [
     ("Acquire", "lock"),
     ("Release", "lock"),
     ("Extend", "lock"),
@@ -88,6 +88,8 @@ const RPCS: [(&str, &str); 19] = [
     ("Stats", "admin"),
     ("ConfigureQueue", "admin"),
     ("ConfigureGroup", "admin"),
+    ("ListQueues", "admin"),
+    ("ListGroups", "admin"),
 ];
 
 /// Calls `rpc` with a valid request; the status code it got (OK when it was served;
@@ -221,6 +223,17 @@ async fn call(rpc: &str, locks: &mut Locks, queues: &mut Queues) -> Code {
             .configure_group(pb::ConfigureGroupRequest {
                 queue,
                 group: "g".into(),
+                ..Default::default()
+            })
+            .await
+            .map(drop),
+        "ListQueues" => queues
+            .list_queues(pb::ListQueuesRequest::default())
+            .await
+            .map(drop),
+        "ListGroups" => queues
+            .list_groups(pb::ListGroupsRequest {
+                queue,
                 ..Default::default()
             })
             .await
@@ -541,6 +554,32 @@ async fn attack_every_rpc(locks: &mut Locks, queues: &mut Queues, victim: &Victi
             .expect("peek");
         assert!(peeked.into_inner().tasks.is_empty(), "Peek {state:?}, {at}");
     }
+    // The listings show none of the victim's: a queue of this name listed here is the
+    // attacker's own from an earlier round, emptied.
+    let listed = queues
+        .list_queues(pb::ListQueuesRequest::default())
+        .await
+        .expect("list queues")
+        .into_inner()
+        .queues;
+    assert!(
+        listed.iter().filter(|q| q.queue == name).all(|q| q.ready
+            + q.delayed
+            + q.in_flight
+            + q.dead
+            == 0),
+        "ListQueues, {at}: {listed:?}"
+    );
+    let groups = queues
+        .list_groups(pb::ListGroupsRequest {
+            queue: name.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("list groups")
+        .into_inner()
+        .groups;
+    assert!(groups.is_empty(), "ListGroups, {at}: {groups:?}");
     assert!(lease_one(queues, &name).await.is_empty(), "Lease, {at}");
     let acked = queues
         .ack(pb::AckRequest {

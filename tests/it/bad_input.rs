@@ -15,9 +15,9 @@ use turnstile::{
     pb::{
         task_spec::Schedule, AckRequest, AcquireRequest, CancelRequest, CheckFenceRequest,
         ConfigureGroupRequest, ConfigureQueueRequest, DescribeRequest, EnqueueRequest,
-        ExtendLeaseRequest, ExtendRequest, HoldRequest, LeaseRequest, NackRequest, PeekRequest,
-        RateLimit, RedriveRequest, ReleaseAllRequest, ReleaseRequest, StatsRequest,
-        SubscribeRequest, TaskSpec, TaskState,
+        ExtendLeaseRequest, ExtendRequest, HoldRequest, LeaseRequest, ListGroupsRequest,
+        ListQueuesRequest, NackRequest, PeekRequest, RateLimit, RedriveRequest, ReleaseAllRequest,
+        ReleaseRequest, StatsRequest, SubscribeRequest, TaskSpec, TaskState,
     },
 };
 
@@ -654,13 +654,57 @@ async fn every_bad_field_of_every_rpc_is_invalid_argument_naming_it_before_redis
         }
     );
 
+    for page_token in ["not-ours", "q1.zz", "g1.6c"] {
+        case!(
+            queues.list_queues,
+            "page_token",
+            ListQueuesRequest {
+                page_token: page_token.into(),
+                ..Default::default()
+            }
+        );
+    }
+    case!(
+        queues.list_queues,
+        "page_size",
+        ListQueuesRequest {
+            page_size: 1001,
+            ..Default::default()
+        }
+    );
+    case!(
+        queues.list_queues,
+        "prefix",
+        ListQueuesRequest {
+            prefix: CONTROL.into(),
+            ..Default::default()
+        }
+    );
+    case!(
+        queues.list_groups,
+        "page_token",
+        ListGroupsRequest {
+            queue: "q".into(),
+            page_token: "q1.6c".into(),
+            ..Default::default()
+        }
+    );
+    case!(
+        queues.list_groups,
+        "queue",
+        ListGroupsRequest {
+            queue: "".into(),
+            ..Default::default()
+        }
+    );
+
     let scripts = redis.command_calls("evalsha").await;
     let total = cases.len();
     for (label, field, call) in cases {
         let status = call.await.expect_err(&label);
         assert_eq!(named_field(&status), field, "{label}");
     }
-    assert_eq!(total, 98, "cases dropped from the table");
+    assert_eq!(total, 105, "cases dropped from the table");
     assert_eq!(
         redis.command_calls("evalsha").await,
         scripts,
