@@ -13,6 +13,7 @@ use turnstile::{
 
 use super::{
     client::{ClientArgs, Failure, Outcome},
+    flow::{config_cells, config_json},
     output::{parse_rfc3339, payload_json, payload_preview, rfc3339, table},
 };
 
@@ -32,6 +33,12 @@ pub struct EnqueueArgs {
     /// Due at this instant (RFC 3339, like 2026-11-23T19:10:44Z).
     #[arg(long, value_parser = parse_rfc3339)]
     pub at: Option<prost_types::Timestamp>,
+    /// Its group (groups take turns; none: the queue's ungrouped tasks).
+    #[arg(long, default_value = "")]
+    pub group: String,
+    /// 0-9: higher is delivered first within its group.
+    #[arg(long, default_value_t = 0)]
+    pub priority: u32,
     #[command(flatten)]
     pub client: ClientArgs,
 }
@@ -64,6 +71,8 @@ pub async fn enqueue(args: EnqueueArgs) -> Outcome {
                 id: args.id.unwrap_or_default(),
                 payload: payload.into(),
                 schedule,
+                group: args.group,
+                priority: args.priority,
                 ..Default::default()
             }],
         })
@@ -132,10 +141,11 @@ pub async fn stats(args: StatsArgs) -> Outcome {
                         "dead": stats.dead,
                         "oldest_ready_at": stats.oldest_ready_at.as_ref().map(|t| rfc3339(Some(t))),
                         "next_due_at": stats.next_due_at.as_ref().map(|t| rfc3339(Some(t))),
+                        "config": config_json(stats.config.as_ref()),
                     })
                 );
             }
-            rows.push(vec![
+            let mut row = vec![
                 queue.clone(),
                 stats.ready.to_string(),
                 stats.delayed.to_string(),
@@ -143,7 +153,9 @@ pub async fn stats(args: StatsArgs) -> Outcome {
                 stats.dead.to_string(),
                 rfc3339(stats.oldest_ready_at.as_ref()),
                 rfc3339(stats.next_due_at.as_ref()),
-            ]);
+            ];
+            row.extend(config_cells(stats.config.as_ref()));
+            rows.push(row);
         }
         if !args.client.json {
             let text = table(
@@ -155,6 +167,9 @@ pub async fn stats(args: StatsArgs) -> Outcome {
                     "DEAD",
                     "OLDEST_READY",
                     "NEXT_DUE",
+                    "PAUSED",
+                    "MAX_IN_FLIGHT",
+                    "RATE",
                 ],
                 &rows,
             );
@@ -214,6 +229,9 @@ pub struct PeekArgs {
     /// At most this many (the server's default is 10, at most 1000).
     #[arg(long, default_value_t = 10)]
     pub limit: u32,
+    /// Only this group's READY tasks, in its delivery order.
+    #[arg(long)]
+    pub group: Option<String>,
     #[command(flatten)]
     pub client: ClientArgs,
 }
@@ -226,7 +244,7 @@ pub async fn peek(args: PeekArgs) -> Outcome {
             queue: args.queue,
             state: pb::TaskState::from(args.state) as i32,
             limit: args.limit,
-            group: None,
+            group: args.group,
         })
         .await?
         .into_inner()
@@ -246,6 +264,8 @@ pub async fn peek(args: PeekArgs) -> Outcome {
                 "enqueued_at": rfc3339(task.enqueued_at.as_ref()),
                 "attempt": task.attempt,
                 "max_attempts": task.max_attempts,
+                "group": task.group,
+                "priority": task.priority,
             });
             object[key] = payload;
             println!("{object}");
@@ -258,6 +278,8 @@ pub async fn peek(args: PeekArgs) -> Outcome {
             vec![
                 task.id.clone(),
                 state_name(task),
+                task.group.clone(),
+                task.priority.to_string(),
                 rfc3339(task.due_at.as_ref()),
                 format!("{}/{}", task.attempt, task.max_attempts),
                 payload_preview(&task.payload),
@@ -266,7 +288,10 @@ pub async fn peek(args: PeekArgs) -> Outcome {
         .collect();
     print!(
         "{}",
-        table(&["ID", "STATE", "DUE_AT", "ATTEMPTS", "PAYLOAD"], &rows)
+        table(
+            &["ID", "STATE", "GROUP", "PRIORITY", "DUE_AT", "ATTEMPTS", "PAYLOAD"],
+            &rows
+        )
     );
     Ok(ExitCode::SUCCESS)
 }

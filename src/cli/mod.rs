@@ -7,12 +7,14 @@
 //! - [`bench`]: the benchmark.
 //! - [`lock`] and [`work`]: run a command under a lock, or once per task.
 //! - [`admin`]: `enqueue`, `stats`, `peek`, `cancel`, `redrive`.
+//! - [`flow`]: `queues`, `pause`, `resume`, `limit`.
 //! - [`client`] (flags, connection, errors), [`output`] (tables, JSON, RFC 3339) and
 //!   [`run`] (the user's command): what the commands share.
 
 pub mod admin;
 pub mod bench;
 pub mod client;
+pub mod flow;
 pub mod lock;
 pub mod output;
 pub mod run;
@@ -41,6 +43,15 @@ pub enum ClientCommand {
     Cancel(admin::CancelArgs),
     /// Bring DEAD tasks back to READY (all of them without ids); prints how many.
     Redrive(admin::RedriveArgs),
+    /// Every queue of the tenant with its depths and config.
+    Queues(flow::QueuesArgs),
+    /// Stop delivering a queue's tasks (or one group's); enqueues and acks go on.
+    Pause(flow::PauseArgs),
+    /// Deliver a paused queue's (or group's) tasks again.
+    Resume(flow::PauseArgs),
+    /// Cap a queue's tasks in flight and limit its delivery rate, for the queue and for
+    /// each group.
+    Limit(flow::LimitArgs),
 }
 
 impl ClientCommand {
@@ -54,6 +65,10 @@ impl ClientCommand {
             ClientCommand::Peek(args) => admin::peek(args).await,
             ClientCommand::Cancel(args) => admin::cancel(args).await,
             ClientCommand::Redrive(args) => admin::redrive(args).await,
+            ClientCommand::Queues(args) => flow::queues(args).await,
+            ClientCommand::Pause(args) => flow::pause(args, true).await,
+            ClientCommand::Resume(args) => flow::pause(args, false).await,
+            ClientCommand::Limit(args) => flow::limit(args).await,
         })
     }
 }

@@ -266,7 +266,10 @@ async fn stats_peek_cancel_and_redrive_print_tables_and_json() -> TestResult {
             "IN_FLIGHT",
             "DEAD",
             "OLDEST_READY",
-            "NEXT_DUE"
+            "NEXT_DUE",
+            "PAUSED",
+            "MAX_IN_FLIGHT",
+            "RATE"
         ]
     );
     assert_eq!(columns(lines[1])[..5], ["orders", "2", "1", "0", "0"]);
@@ -313,6 +316,102 @@ async fn stats_peek_cancel_and_redrive_print_tables_and_json() -> TestResult {
     assert_eq!(out, "1\n");
     let mail = stats(&server, "mail").await?;
     assert_eq!((mail.ready, mail.dead), (1, 0));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queues_pause_resume_limit_and_enqueue_into_groups_with_priorities() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let run = |args: &[&str]| {
+        let mut command = cli(&server);
+        command.args(args);
+        command
+    };
+    for (id, group, priority) in [
+        ("a1", "acme", "0"),
+        ("a2", "acme", "7"),
+        ("b1", "bolt", "0"),
+    ] {
+        let (status, out, _) = output(&mut run(&[
+            "enqueue",
+            "orders",
+            id,
+            "--id",
+            id,
+            "--group",
+            group,
+            "--priority",
+            priority,
+        ]))
+        .await;
+        assert!(status.success(), "{out}");
+    }
+    // peek --group: the group's order, with its group and priority.
+    let (_, out, _) = output(&mut run(&["peek", "orders", "--group", "acme", "--json"])).await;
+    let tasks: Vec<serde_json::Value> = out.lines().map(json).collect();
+    assert_eq!(tasks.len(), 2, "{out}");
+    assert_eq!(
+        (&tasks[0]["id"], &tasks[0]["priority"]),
+        (&"a2".into(), &7.into())
+    );
+    assert_eq!(tasks[1]["group"], "acme");
+    // pause, limit: stats and queues show the config.
+    let (status, out, _) = output(&mut run(&["pause", "orders"])).await;
+    assert!(status.success());
+    assert_eq!(out, "orders: paused\n");
+    let (status, out, _) = output(&mut run(&[
+        "limit",
+        "orders",
+        "--rate",
+        "10/1s",
+        "--max-in-flight",
+        "5",
+        "--group-max-in-flight",
+        "1",
+    ]))
+    .await;
+    assert!(status.success(), "{out}");
+    let row: Vec<&str> = out.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(row, ["orders", "yes", "5", "10/1s", "1", "-"]);
+    let (_, out, _) = output(&mut run(&["queues"])).await;
+    let row: Vec<&str> = out.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(
+        row,
+        ["orders", "3", "0", "0", "0", "yes", "5", "10/1s"],
+        "{out}"
+    );
+    let (_, out, _) = output(&mut run(&["stats", "orders", "--json"])).await;
+    let config = &json(out.trim())["config"];
+    assert_eq!(
+        (&config["paused"], &config["rate_limit"]),
+        (&true.into(), &"10/1s".into())
+    );
+    // A paused group, then resume and `--rate off`.
+    let (_, out, _) = output(&mut run(&["pause", "orders", "--group", "bolt"])).await;
+    assert_eq!(out, "group \"bolt\" of orders: paused\n");
+    output(&mut run(&["resume", "orders"])).await;
+    output(&mut run(&["limit", "orders", "--rate", "off"])).await;
+    let got = stats(&server, "orders").await?.config.unwrap();
+    assert!(!got.paused && got.rate_limit.is_none() && got.max_in_flight == 5);
+    // With bolt paused and acme one at a time, a Lease of all finds a2 only.
+    let leased = server
+        .queues()
+        .await
+        .lease(pb::LeaseRequest {
+            queue: "orders".into(),
+            max_tasks: 10,
+            ..Default::default()
+        })
+        .await?
+        .into_inner()
+        .tasks;
+    assert_eq!(
+        leased.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(),
+        ["a2"]
+    );
+    let (status, _, err) = output(&mut run(&["limit", "orders", "--rate", "ten"])).await;
+    assert_eq!(status.code(), Some(2), "{err}");
     Ok(())
 }
 
