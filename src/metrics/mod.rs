@@ -118,6 +118,8 @@ pub struct QueueDepths {
     pub dead: u64,
     /// Tasks that ever went DEAD (a counter kept in Redis).
     pub dead_letters: u64,
+    /// The queue is paused (flow control).
+    pub paused: bool,
 }
 
 /// Where a scrape reads queue depths: implemented by the queue layer, which
@@ -129,6 +131,14 @@ pub trait DepthSource: Send + Sync {
         tenant: &'a Tenant,
         queue: &'a str,
     ) -> Pin<Box<dyn Future<Output = Result<QueueDepths, String>> + Send + 'a>>;
+}
+
+/// A queue named recently, with what this replica counted for it.
+struct RecentQueue {
+    label: QueueLabel,
+    deliveries: u64,
+    redeliveries: u64,
+    held_back: Vec<(&'static str, u64)>,
 }
 
 /// One queue of one tenant.
@@ -143,6 +153,8 @@ struct QueueEntry {
     seen: Instant,
     deliveries: u64,
     redeliveries: u64,
+    /// Times a limit held back a deliverable task, by the limit's name.
+    held_back: Vec<(&'static str, u64)>,
 }
 
 /// The queues named recently, by tenant and then by name, so that naming a known
@@ -179,6 +191,7 @@ impl Queues {
                 seen: now,
                 deliveries: 0,
                 redeliveries: 0,
+                held_back: Vec::new(),
             };
             self.by_tenant
                 .entry(tenant.clone())
@@ -319,6 +332,17 @@ impl Metrics {
         }
     }
 
+    /// A limit (flow control's `reason`: paused, max_in_flight, …) held back a
+    /// deliverable task of `queue`.
+    pub fn held_back(&self, tenant: &Tenant, queue: &str, reason: &'static str) {
+        self.with_queue(tenant, queue, |entry| {
+            match entry.held_back.iter_mut().find(|(name, _)| *name == reason) {
+                Some((_, count)) => *count += 1,
+                None => entry.held_back.push((reason, 1)),
+            }
+        });
+    }
+
     /// A Subscribe push went out `late` after its task's due time.
     pub fn pushed(&self, late: Duration) {
         self.0.lateness.observe(late.as_secs_f64());
@@ -333,8 +357,9 @@ impl Metrics {
         lock(&self.0.queues).touch(tenant, queue, Instant::now(), change);
     }
 
-    /// The queues named within the window, with their delivery counts; older ones go.
-    fn recent_queues(&self) -> Vec<(QueueLabel, u64, u64)> {
+    /// The queues named within the window, with their delivery and held-back counts;
+    /// older ones go.
+    fn recent_queues(&self) -> Vec<RecentQueue> {
         let mut queues = lock(&self.0.queues);
         queues.forget_old(Instant::now());
         let mut recent: Vec<_> = queues
@@ -346,12 +371,18 @@ impl Metrics {
                         tenant: tenant.clone(),
                         queue: queue.clone(),
                     };
-                    (label, e.deliveries, e.redeliveries)
+                    RecentQueue {
+                        label,
+                        deliveries: e.deliveries,
+                        redeliveries: e.redeliveries,
+                        held_back: e.held_back.clone(),
+                    }
                 })
             })
             .collect();
         recent.sort_by(|a, b| {
-            (a.0.tenant.as_str(), &a.0.queue).cmp(&(b.0.tenant.as_str(), &b.0.queue))
+            (a.label.tenant.as_str(), &a.label.queue)
+                .cmp(&(b.label.tenant.as_str(), &b.label.queue))
         });
         recent
     }
@@ -504,7 +535,7 @@ impl Metrics {
             ),
             recent
                 .iter()
-                .map(|(label, deliveries, _)| (self.queue_labels(label), *deliveries)),
+                .map(|q| (self.queue_labels(&q.label), q.deliveries)),
         );
         write_family(
             &mut out,
@@ -515,12 +546,27 @@ impl Metrics {
             ),
             recent
                 .iter()
-                .map(|(label, _, redeliveries)| (self.queue_labels(label), *redeliveries)),
+                .map(|q| (self.queue_labels(&q.label), q.redeliveries)),
+        );
+        write_family(
+            &mut out,
+            (
+                "turnstile_queue_held_back_total",
+                Kind::Counter,
+                "Times this replica found a deliverable task and a limit held it back, by queue and limit.",
+            ),
+            recent.iter().flat_map(|q| {
+                let labels = self.queue_labels(&q.label);
+                q.held_back
+                    .iter()
+                    .map(move |(reason, count)| (format!("{labels},reason=\"{reason}\""), *count))
+            }),
         );
         let source = lock(&m.depths).clone();
         let mut depths = Vec::with_capacity(recent.len());
         if let Some(source) = source {
-            for (label, _, _) in &recent {
+            for q in &recent {
+                let label = &q.label;
                 match source.depths(&label.tenant, &label.queue).await {
                     Ok(read) => depths.push((self.queue_labels(label), read)),
                     Err(err) => {
@@ -556,6 +602,17 @@ impl Metrics {
             depths
                 .iter()
                 .map(|(labels, read)| (labels.clone(), read.dead_letters)),
+        );
+        write_family(
+            &mut out,
+            (
+                "turnstile_queue_paused",
+                Kind::Gauge,
+                "1 while a queue is paused (read from Redis: the same on every replica).",
+            ),
+            depths
+                .iter()
+                .map(|(labels, read)| (labels.clone(), u8::from(read.paused))),
         );
         out
     }

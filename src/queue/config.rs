@@ -62,6 +62,52 @@ impl RateLimit {
     }
 }
 
+/// A limit that held back a deliverable task (counted in
+/// `turnstile_queue_held_back_total{reason}`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Limit {
+    Paused,
+    MaxInFlight,
+    RateLimit,
+    GroupMaxInFlight,
+    GroupRateLimit,
+}
+
+impl Limit {
+    /// Every limit, in the order of [`Limit::index`].
+    pub const ALL: [Limit; 5] = [
+        Limit::Paused,
+        Limit::MaxInFlight,
+        Limit::RateLimit,
+        Limit::GroupMaxInFlight,
+        Limit::GroupRateLimit,
+    ];
+
+    /// Its name, as the scripts and the metric's `reason` label spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Limit::Paused => "paused",
+            Limit::MaxInFlight => "max_in_flight",
+            Limit::RateLimit => "rate_limit",
+            Limit::GroupMaxInFlight => "group_max_in_flight",
+            Limit::GroupRateLimit => "group_rate_limit",
+        }
+    }
+
+    /// The limits a script named, comma-separated ('' for none).
+    pub(super) fn from_script(text: &str) -> Result<Vec<Limit>> {
+        text.split(',')
+            .filter(|name| !name.is_empty())
+            .map(|name| {
+                Limit::ALL
+                    .into_iter()
+                    .find(|limit| limit.as_str() == name)
+                    .ok_or_else(|| Error::Internal(format!("unknown limit {name:?}")))
+            })
+            .collect()
+    }
+}
+
 /// A queue's flow-control config (all off by default).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct QueueConfig {
@@ -176,6 +222,20 @@ impl QueueStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_limits_a_script_names_are_read_back_and_unknown_ones_refused() {
+        assert_eq!(
+            Limit::from_script("rate_limit,group_rate_limit,group_rate_limit").unwrap(),
+            [
+                Limit::RateLimit,
+                Limit::GroupRateLimit,
+                Limit::GroupRateLimit
+            ]
+        );
+        assert!(Limit::from_script("").unwrap().is_empty());
+        assert!(Limit::from_script("sleepy").is_err());
+    }
 
     #[test]
     fn a_rate_limit_is_stored_as_three_numbers_and_read_back() {

@@ -133,6 +133,7 @@ impl Feed {
         }
         if !eligible.is_empty() {
             let dispatched = self.store.dispatch(&self.queue, &slots).await?;
+            self.store.held_back(&self.queue, &dispatched.held_back);
             *next = self.deliver(&eligible, &slots, dispatched);
         }
         let any_free = self.members().streams.iter().any(|m| !m.full);

@@ -61,6 +61,7 @@ impl QueueStore {
             tokio::pin!(notified);
             notified.as_mut().enable();
             let leased = self.lease_once(queue, spec).await?;
+            self.held_back(queue, &leased.held_back);
             if !leased.tasks.is_empty() || Instant::now() >= until {
                 return Ok(self.taken(queue, leased.tasks));
             }

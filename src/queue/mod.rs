@@ -42,7 +42,7 @@ use crate::{
     tenant::Tenant,
 };
 pub use config::{
-    GroupConfig, QueueConfig, QueueConfigChange, RateLimit, MAX_RATE_LIMIT, MAX_WEIGHT,
+    GroupConfig, Limit, QueueConfig, QueueConfigChange, RateLimit, MAX_RATE_LIMIT, MAX_WEIGHT,
     RATE_PERIODS,
 };
 pub use listing::{GroupSummary, Page, QueueSummary};
@@ -83,11 +83,22 @@ pub struct QueueStore {
     shutdown: Shutdown,
     /// The queues this server named in their tenants' registries lately.
     listed: Arc<listing::Listed>,
+    /// The tenant this store is scoped to (for the metrics it records).
+    tenant: Tenant,
+    /// Where it counts the limits that held tasks back, once registered.
+    metrics: Arc<std::sync::OnceLock<Metrics>>,
 }
 
 impl TenantScoped for QueueStore {
     fn redis_mut(&mut self) -> &mut Redis {
         &mut self.redis
+    }
+
+    fn tenant(&self, tenant: &Tenant) -> Self {
+        let mut scoped = self.clone();
+        scoped.redis = scoped.redis.tenant(tenant);
+        scoped.tenant = tenant.clone();
+        scoped
     }
 }
 
@@ -101,6 +112,8 @@ impl QueueStore {
             acks: GroupCommit::new(MAX_BATCH),
             shutdown,
             listed: Arc::default(),
+            tenant: Tenant::default(),
+            metrics: Arc::default(),
         }
     }
 
@@ -139,6 +152,16 @@ impl QueueStore {
     /// Lets scrapes read the depths of the queues RPCs named.
     pub fn register_metrics(&self, metrics: &Metrics) {
         metrics.register_depths(Arc::new(self.clone()));
+        let _ = self.metrics.set(metrics.clone());
+    }
+
+    /// Counts the limits that held back a deliverable task of `queue`.
+    pub(super) fn held_back(&self, queue: &str, limits: &[Limit]) {
+        if let Some(metrics) = self.metrics.get() {
+            for limit in limits {
+                metrics.held_back(&self.tenant, queue, limit.as_str());
+            }
+        }
     }
 }
 
@@ -160,6 +183,7 @@ impl DepthSource for QueueStore {
                 in_flight: stats.in_flight,
                 dead: stats.dead,
                 dead_letters: stats.dead_letters,
+                paused: stats.config.paused,
             })
         })
     }

@@ -142,6 +142,8 @@ pub struct Leased {
     pub tasks: Vec<Task>,
     /// The next instant (Unix ms) a task falls due or a lease ends, if any.
     pub next_due_ms: Option<i64>,
+    /// The limits that held back a deliverable task.
+    pub held_back: Vec<super::Limit>,
 }
 
 /// One Subscribe stream as the dispatch script sees it.
@@ -166,6 +168,8 @@ pub struct Dispatched {
     pub next_pending_ms: Option<i64>,
     /// The earliest lease end.
     pub next_lease_end_ms: Option<i64>,
+    /// The limits that held back a deliverable task.
+    pub held_back: Vec<super::Limit>,
     /// Each stream's deliveries held after the call, in the order given.
     pub held: Vec<u32>,
     /// The deliveries: index of the stream (in the order given) and the task.

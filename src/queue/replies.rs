@@ -7,7 +7,7 @@ use redis::Value;
 
 use super::{
     model::{Dispatched, Enqueued, Leased, NewTask, Stats, Task, TaskState},
-    QueueConfig,
+    Limit, QueueConfig,
 };
 use crate::{
     error::{Error, Result},
@@ -66,18 +66,20 @@ pub(super) fn enqueued(tasks: &[NewTask], reply: &[i64]) -> Result<Vec<Enqueued>
         .collect())
 }
 
-/// `lease.lua`: the next due instant (-1: none), then task rows.
+/// `lease.lua`: the next due instant (-1: none), the limits that held tasks back,
+/// then task rows.
 pub(super) fn leased(reply: &[Value]) -> Result<Leased> {
     Ok(Leased {
         next_due_ms: optional_int(reply, 0)?,
-        tasks: task_rows(reply.get(1..).unwrap_or_default())?,
+        held_back: Limit::from_script(&string(reply, 1)?)?,
+        tasks: task_rows(reply.get(2..).unwrap_or_default())?,
     })
 }
 
-/// `dispatch.lua`: now, next pending, next lease end, each stream's held count, then
-/// per task the stream's 1-based index and its row.
+/// `dispatch.lua`: now, next pending, next lease end, the limits that held tasks back,
+/// each stream's held count, then per task the stream's 1-based index and its row.
 pub(super) fn dispatched(reply: &[Value], streams: usize) -> Result<Dispatched> {
-    let head = 3 + streams;
+    let head = 4 + streams;
     if reply.len() < head || !(reply.len() - head).is_multiple_of(ROW + 1) {
         return Err(Error::Internal(format!(
             "dispatch replied {} values for {streams} streams",
@@ -96,7 +98,8 @@ pub(super) fn dispatched(reply: &[Value], streams: usize) -> Result<Dispatched> 
         now_ms: int(reply, 0)?,
         next_pending_ms: optional_int(reply, 1)?,
         next_lease_end_ms: optional_int(reply, 2)?,
-        held: (3..head)
+        held_back: Limit::from_script(&string(reply, 3)?)?,
+        held: (4..head)
             .map(|at| int(reply, at).map(|n| n as u32))
             .collect::<Result<_>>()?,
         tasks,
@@ -145,7 +148,12 @@ mod tests {
 
     #[test]
     fn a_dispatch_reply_names_each_task_s_stream_and_each_stream_s_count() {
-        let mut reply = vec![Value::Int(7), Value::Int(-1), Value::Int(99)];
+        let mut reply = vec![
+            Value::Int(7),
+            Value::Int(-1),
+            Value::Int(99),
+            Value::BulkString(b"rate_limit".to_vec()),
+        ];
         reply.extend([Value::Int(1), Value::Int(0)]);
         reply.push(Value::Int(1));
         reply.extend(row("a", "in_flight"));
@@ -154,11 +162,12 @@ mod tests {
         assert_eq!(got.next_pending_ms, None);
         assert_eq!(got.next_lease_end_ms, Some(99));
         assert_eq!(got.held, vec![1, 0]);
+        assert_eq!(got.held_back, [Limit::RateLimit]);
         assert_eq!(got.tasks.len(), 1);
         assert_eq!(got.tasks[0].0, 0);
         assert_eq!(got.tasks[0].1.state, TaskState::InFlight);
         assert_eq!(got.tasks[0].1.lease_expires_at_ms, 99);
-        reply[3 + 2] = Value::Int(3);
+        reply[4 + 2] = Value::Int(3);
         assert!(dispatched(&reply, 2).is_err(), "stream 3 of 2");
     }
 

@@ -248,6 +248,21 @@ async fn a_paused_queue_takes_enqueues_and_delivers_nothing_until_resumed(
         .into_inner();
     assert_eq!(stats.ready, 2, "held back tasks count as READY");
     assert!(stats.config.unwrap().paused);
+    // The metrics show the pause (on every replica that saw the queue), and the Lease
+    // it held back.
+    let paused = server
+        .metric_values("turnstile_queue_paused{queue=\"q\"}")
+        .await;
+    assert!(
+        !paused.is_empty() && paused.iter().all(|v| *v == 1.0),
+        "{paused:?}"
+    );
+    let held: f64 = server
+        .metric_values("turnstile_queue_held_back_total{queue=\"q\",reason=\"paused\"}")
+        .await
+        .iter()
+        .sum();
+    assert_eq!(held, 1.0);
     // An open stream (room for one) and a waiting Lease get nothing while paused.
     let mut stream = subscribe(&mut queues, "q", 1).await?;
     assert!(next_task(&mut stream, QUIET).await.is_none());
@@ -335,6 +350,10 @@ async fn max_in_flight_caps_the_queue_over_replicas_and_an_ack_frees_a_slot_at_o
         "three in flight over both replicas"
     );
     assert!(lease(&mut first, "q", 5).await?.is_empty());
+    let capped = "turnstile_queue_held_back_total{queue=\"q\",reason=\"max_in_flight\"}";
+    let one_held: f64 = one.metric_values(capped).await.iter().sum();
+    let two_held: f64 = two.metric_values(capped).await.iter().sum();
+    assert_eq!((one_held, two_held), (1.0, 1.0));
     // A stream on the other replica waits for a slot; an Ack on this one frees it.
     let mut stream = subscribe(&mut second, "q", 10).await?;
     assert!(next_task(&mut stream, QUIET).await.is_none());

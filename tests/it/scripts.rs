@@ -332,7 +332,7 @@ async fn peek_returns_one_task_over_budget_and_cancel_leaves_a_task_in_flight() 
         &["1", "60000", "0", "4194304", "p"],
     )
     .await?;
-    assert_eq!(leased[1], redis::Value::BulkString(b"a".to_vec()));
+    assert_eq!(leased[2], redis::Value::BulkString(b"a".to_vec()));
     let cancelled: Vec<String> = eval(
         &mut conn,
         queue_script(&queues, "cancel.lua"),

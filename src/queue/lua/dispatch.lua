@@ -12,8 +12,10 @@
 -- In flow mode (include/flow.lua) the tasks go in the rotation of groups, within the
 -- queue's and groups' pause, caps and rate limits, and next_pending is when to look
 -- again (next_start()).
--- Returns {now, next_pending, next_lease_end, held_1..held_n, rows...}: next_* are -1
--- when none; held_i is stream i's deliveries after this call; then 12 per task:
+-- Returns {now, next_pending, next_lease_end, held back, held_1..held_n, rows...}:
+-- next_* are -1 when none; held back names the limits that held back a deliverable
+-- task (flow.lua's pick(), '' for none); held_i is stream i's deliveries after this
+-- call; then 12 per task:
 -- the stream's index (1-based), then include/push_row.lua's push_fields().
 --- @include "keys"
 --- @include "now_ms"
@@ -47,11 +49,11 @@ for i = 3, #ARGV, 4 do
   free_total = free_total + free
 end
 -- The pending members to deliver, their ids, packed metas and payloads.
-local due, ids, raws, bodies, retry_at = {}, {}, {}, {}, nil
+local due, ids, raws, bodies, retry_at, held_back = {}, {}, {}, {}, nil, ''
 if flow.on then
   wake_groups(now)
   if free_total > 0 then
-    due, ids, raws, retry_at = pick(free_total, budget, now, false)
+    due, ids, raws, retry_at, held_back = pick(free_total, budget, now, false)
     bodies = hmget(payloads, ids)
   end
 else
@@ -64,9 +66,9 @@ end
 -- free slot. The rows go straight into the reply after its head (filled in last).
 -- Each task is handled in locals, not a meta table: this loop is most of the
 -- script's time, and a table per task (with its garbage) cost more than its commands.
-local out = {now, -1, -1}
+local out = {now, -1, -1, held_back}
 for n = 1, #streams do
-  out[3 + n] = 0
+  out[4 + n] = 0
 end
 local writes, leases, entries = {}, {}, {}
 local nw = 0
@@ -111,6 +113,6 @@ else
 end
 out[3] = first_score(inflight)
 for n, stream in ipairs(streams) do
-  out[3 + n] = stream.held
+  out[4 + n] = stream.held
 end
 return out

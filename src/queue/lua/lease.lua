@@ -9,9 +9,10 @@
 -- nothing else (include/reclaim.lua); the store runs it again.
 -- In flow mode (include/flow.lua) the tasks come in the rotation of groups, within the
 -- queue's and groups' pause, caps and rate limits.
--- Returns {next_due, rows...}: next_due is when to look again: the first pending task
+-- Returns {next_due, held back, rows...}: next_due is when to look again: the first pending task
 -- not taken (flow mode: next_start()), or the first lease to expire, if sooner; -1 if
--- none; then 11 per task
+-- none; then the limits that held back a deliverable task (flow.lua's pick(), ''
+-- for none); then 11 per task
 -- as include/push_row.lua's push_row().
 --- @include "keys"
 --- @include "now_ms"
@@ -32,16 +33,16 @@ if reclaim(now) or (flow.on and promote(now)) then
   return again()
 end
 local lease_end_score = string.format('%d', now + visibility)
-local due, ids, raws, bodies, retry_at
+local due, ids, raws, bodies, retry_at, held_back
 if flow.on then
   wake_groups(now)
-  due, ids, raws, retry_at = pick(max_tasks, budget, now, auto_ack)
+  due, ids, raws, retry_at, held_back = pick(max_tasks, budget, now, auto_ack)
   bodies = hmget(payloads, ids)
 else
   due = redis.call('ZRANGEBYSCORE', pending, '-inf', now, 'LIMIT', 0, max_tasks)
   ids, raws, bodies = within_budget(due, budget)
 end
-local out, writes, leases, ends = {0}, {}, {}, ending()
+local out, writes, leases, ends = {0, held_back or ''}, {}, {}, ending()
 for n, id in ipairs(ids) do
   local meta = raws[n] and decode(raws[n])
   if meta then

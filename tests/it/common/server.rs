@@ -154,6 +154,21 @@ impl TestServer {
         sum
     }
 
+    /// The values of a metric on the replicas that report it (per-queue families
+    /// appear only on the replicas some call of that queue reached).
+    pub async fn metric_values(&self, name: &str) -> Vec<f64> {
+        let mut values = Vec::new();
+        for replica in std::iter::once(self).chain(&self.peers) {
+            let body = replica.scrape().await;
+            values.extend(
+                body.lines()
+                    .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+                    .and_then(|value| value.trim().parse::<f64>().ok()),
+            );
+        }
+        values
+    }
+
     /// How many replicas clients are spread over.
     pub fn replicas(&self) -> usize {
         1 + self.peers.len()

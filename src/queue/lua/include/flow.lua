@@ -316,15 +316,20 @@ end
 -- Picks up to n deliverable tasks in rotation order whose payloads fit in budget bytes
 -- (the first always does), and takes them out of ready/ranked; their groups' turns,
 -- in-flight counts (unless auto_ack) and limiters advance. Returns the pending members
--- taken, their ids and packed metas, and the Redis-clock ms at which the queue's rate
--- limit lets the next delivery start if it stopped there (else nil).
+-- taken, their ids and packed metas, the Redis-clock ms at which the queue's rate
+-- limit lets the next delivery start if it stopped there (else nil), and the limits
+-- that held back a deliverable task (a comma-separated list of their names, once per
+-- queue limit and once per group held).
 local function pick(n, budget, now, auto_ack)
   local cfg = flow.cfg
-  local members, ids, raws = {}, {}, {}
+  local members, ids, raws, held = {}, {}, {}, {}
   if cfg.paused == '1' then
-    return members, ids, raws, nil
+    if redis.call('ZCARD', rotation) > 0 then
+      held[1] = 'paused'
+    end
+    return members, ids, raws, nil, table.concat(held, ',')
   end
-  local cap = number_of(cfg.max_in_flight)
+  local cap, wanted = number_of(cfg.max_in_flight), n
   if cap > 0 and not auto_ack then
     n = math.min(n, cap - redis.call('ZCARD', inflight))
   end
@@ -353,11 +358,11 @@ local function pick(n, budget, now, auto_ack)
     if group_cap > 0 then
       want = math.min(want, group_cap - in_flight)
     end
-    local entries, held = {}, false
+    local entries, waits = {}, false
     if state[4] then
       -- It must deliver this task next: only that one, once it is promoted.
-      held = not head_ready(state[4])
-      if not held and want > 0 then
+      waits = not head_ready(state[4])
+      if not waits and want > 0 then
         local seq, due_at, _, _, _, _, _, _, _, _, _, _, priority =
           meta_fields(redis.call('HGET', tasks, state[4]))
         entries[1] = ready_entry(group, priority, due_at, seq, state[4])
@@ -434,14 +439,16 @@ local function pick(n, budget, now, auto_ack)
     -- The group's place: out when it cannot deliver (back by consider() or a
     -- wake-up), at the back when its turn is used up, else still first.
     if not stop or delivered > 0 then
-      if held or not has_ready(group) then
+      if waits or not has_ready(group) then
         redis.call('ZREM', rotation, group)
         redis.call('HDEL', groups, gfield(group, 'c'))
       elseif group_cap > 0 and in_flight >= group_cap then
         redis.call('ZREM', rotation, group)
         redis.call('HDEL', groups, gfield(group, 'c'))
         redis.call('ZADD', wakeups, CAPPED, group)
+        held[#held + 1] = 'group_max_in_flight'
       elseif group_wait > 0 then
+        held[#held + 1] = 'group_rate_limit'
         redis.call('ZREM', rotation, group)
         redis.call('HDEL', groups, gfield(group, 'c'))
         redis.call('ZADD', wakeups, string.format('%d', math.ceil(now + group_wait)), group)
@@ -454,7 +461,13 @@ local function pick(n, budget, now, auto_ack)
   if queue_limit and queue_tat then
     redis.call('HSET', config, 'tat', tat_text(queue_tat))
   end
-  return members, ids, raws, retry_at
+  if retry_at then
+    held[#held + 1] = 'rate_limit'
+  end
+  if n < wanted and #ids == n and redis.call('ZCARD', rotation) > 0 then
+    held[#held + 1] = 'max_in_flight'
+  end
+  return members, ids, raws, retry_at, table.concat(held, ',')
 end
 
 -- When to look again for deliverable tasks (Redis-clock ms; -1: only when told):
