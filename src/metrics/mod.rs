@@ -632,10 +632,10 @@ mod tests {
         let recent = metrics.recent_queues();
         assert_eq!(recent.len(), MAX_QUEUES);
         // The oldest went first.
-        assert!(!recent.iter().any(|(label, _, _)| label.queue == "q0"));
+        assert!(!recent.iter().any(|q| q.label.queue == "q0"));
         assert!(recent
             .iter()
-            .any(|(label, _, _)| label.queue == format!("q{}", MAX_QUEUES + 4)));
+            .any(|q| q.label.queue == format!("q{}", MAX_QUEUES + 4)));
     }
 
     #[test]
