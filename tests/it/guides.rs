@@ -278,7 +278,7 @@ async fn the_python_examples_run_as_printed() -> TestResult {
                 })
                 .await?;
             Some("sending hello-1")
-        } else if block.code.contains("queues.Lease(") {
+        } else if block.code.contains("queues.Lease(") && block.code.contains("welcome-42") {
             Some("sending welcome-42")
         } else {
             None
@@ -286,6 +286,7 @@ async fn the_python_examples_run_as_printed() -> TestResult {
         let dir = guide.dir.clone();
         let addr = guide.server.addr.to_string();
         let fencing = block.code.contains("CheckFence(");
+        let flow = block.code.contains("group_max_in_flight=1");
         let printed = tokio::task::spawn_blocking(move || {
             let mut python = Command::new(dir.join(".venv/bin/python"));
             python
@@ -301,6 +302,16 @@ async fn the_python_examples_run_as_printed() -> TestResult {
                 "refused: stale fencing token",
                 "held by b",
                 "stored: from b",
+            ] {
+                assert!(printed.contains(wanted), "no {wanted:?} in {printed}");
+            }
+        }
+        // One group at a time: the second task of each group waits for the first.
+        if flow {
+            for wanted in [
+                "one at a time per group: True rate: 50 per 1 s",
+                "leased: ['acme-0', 'bolt-0']",
+                "acme waits with: ['acme-1', 'acme-2']",
             ] {
                 assert!(printed.contains(wanted), "no {wanted:?} in {printed}");
             }

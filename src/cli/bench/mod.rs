@@ -4,6 +4,7 @@
 //! scenario with `--json`). Speed is judged here, never by timed assertions in tests.
 
 mod compare;
+mod groups;
 mod idle;
 mod locks;
 pub mod noop;
@@ -45,6 +46,10 @@ pub enum Scenario {
     Idle,
     /// 10,000 buyers, 100 in stock, one lock.
     Seckill,
+    /// Flow control: deliveries/s with 1, 1,000 and 100,000 groups against the
+    /// ungrouped rate, a quiet group's pickup behind a million READY tasks, a 1,000/s
+    /// rate limit over 10 s, a paused queue's Redis commands/s.
+    Groups,
     /// `lock` and a queue run over 6 queues on one Redis and on a 3-primary Redis
     /// Cluster, each under 1 and 3 server replicas, and on a Redis with a replica
     /// under --redis-wait-replicas 1: started here whatever --server says.
@@ -208,6 +213,7 @@ async fn one_scenario(
             Scenario::Pickup => vec![queues::pickup(target, args.duration).await?],
             Scenario::Delayed => vec![queues::delayed(target).await?],
             Scenario::Seckill => vec![locks::seckill(target).await?],
+            Scenario::Groups => vec![groups::groups(target, args.duration).await?],
             Scenario::Idle => vec![idle::idle(target).await?],
             Scenario::Scale => scale::scale(args.concurrency, args.duration).await?,
         }

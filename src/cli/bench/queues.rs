@@ -35,7 +35,7 @@ use turnstile::{
 
 type Queues = QueueServiceClient<Channel>;
 
-const SUBSCRIBERS: usize = 4;
+pub(super) const SUBSCRIBERS: usize = 4;
 const MAX_IN_FLIGHT: u32 = 64;
 const PRODUCERS: usize = 2;
 const BATCH: usize = 100;
@@ -47,12 +47,12 @@ const ACK_BATCH: usize = 64;
 const ACK_LINGER: Duration = Duration::from_millis(5);
 
 /// Nanoseconds since `epoch`, as a payload.
-fn stamp(epoch: Instant) -> Bytes {
+pub(super) fn stamp(epoch: Instant) -> Bytes {
     Bytes::copy_from_slice(&(epoch.elapsed().as_nanos() as u64).to_be_bytes())
 }
 
 /// How long ago (since `epoch`) `payload` was stamped.
-fn age(epoch: Instant, payload: &[u8]) -> Duration {
+pub(super) fn age(epoch: Instant, payload: &[u8]) -> Duration {
     let sent = payload
         .get(..8)
         .and_then(|b| b.try_into().ok())
@@ -122,7 +122,7 @@ impl Acker {
 }
 
 /// Subscribers on `queue` that ack every task and record `latency(task)` for each.
-async fn subscribers(
+pub(super) async fn subscribers(
     channels: &[Channel],
     queues: &[String],
     count: usize,
@@ -171,7 +171,7 @@ async fn subscribers(
     Ok(set)
 }
 
-async fn collect(mut set: JoinSet<Latency>) -> Latency {
+pub(super) async fn collect(mut set: JoinSet<Latency>) -> Latency {
     let mut latency = Latency::default();
     while let Some(Ok(part)) = set.join_next().await {
         latency.merge(&part);

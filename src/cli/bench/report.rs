@@ -258,6 +258,28 @@ impl Report {
                     8.0,
                 ),
             ],
+            "groups" => vec![
+                Goal::at_least(
+                    "ratio_to_floor",
+                    self.ratio_to_floor().unwrap_or(f64::NAN),
+                    0.8,
+                ),
+                Goal::at_most(
+                    "quiet_over_calm_p99",
+                    self.number("quiet_pickup_p99_ms") / self.number("calm_pickup_p99_ms"),
+                    2.0,
+                ),
+                Goal::at_most(
+                    "rate_limit_error_pct",
+                    self.number("rate_limit_error_pct"),
+                    1.0,
+                ),
+                Goal::at_most(
+                    "paused_redis_commands_per_s",
+                    self.number("paused_redis_commands_per_s"),
+                    5.0,
+                ),
+            ],
             "seckill" => vec![Goal::at_least(
                 "sales_over_stock",
                 self.number("sales") / self.number("stock"),

@@ -296,16 +296,20 @@ local function unplace(id, meta)
 end
 
 -- Flow mode: records ended deliveries of groups (group -> count): their in-flight
--- counts drop and the groups are considered again. True when a cap was set, so that
--- the script tells the queue's dispatchers a slot is free.
+-- counts drop, and with a group cap the groups are considered again (without one, a
+-- delivery's end changes no group's place). True when a cap was set, so that the
+-- script tells the queue's dispatchers a slot is free.
 local function deliveries_ended(ended)
   local capped = false
+  local group_cap = number_of(flow.cfg.group_max_in_flight) > 0
   for group, count in pairs(ended) do
     local field = gfield(group, 'f')
     if redis.call('HINCRBY', groups, field, -count) <= 0 then
       redis.call('HDEL', groups, field)
     end
-    consider(group)
+    if group_cap then
+      consider(group)
+    end
   end
   if number_of(flow.cfg.max_in_flight) > 0 or number_of(flow.cfg.group_max_in_flight) > 0 then
     capped = true
@@ -320,6 +324,9 @@ end
 -- limit lets the next delivery start if it stopped there (else nil), and the limits
 -- that held back a deliverable task (a comma-separated list of their names, once per
 -- queue limit and once per group held).
+-- The rotation is read a run of groups at a time (as many as deliveries are still
+-- wanted), their states in one HMGET, and the writes of a run go out together: a
+-- delivery costs about one command of its own however many groups there are.
 local function pick(n, budget, now, auto_ack)
   local cfg = flow.cfg
   local members, ids, raws, held = {}, {}, {}, {}
@@ -337,125 +344,170 @@ local function pick(n, budget, now, auto_ack)
   local group_limit = limiter(cfg.group_rate)
   local group_cap = number_of(cfg.group_max_in_flight)
   local used, retry_at, stop = 0, nil, false
-  local turns = n + 100
-  while #ids < n and not stop and turns > 0 do
-    turns = turns - 1
-    local group = redis.call('ZRANGE', rotation, 0, 0)[1]
-    if not group then
+  local runs = 10
+  while #ids < n and not stop and runs > 0 do
+    runs = runs - 1
+    local heads = redis.call('ZRANGE', rotation, 0, n - #ids - 1)
+    if #heads == 0 then
       break
     end
-    local state = redis.call('HMGET', groups, gfield(group, 'w'), gfield(group, 'c'),
-      gfield(group, 'f'), gfield(group, 'h'), gfield(group, 't'))
-    local weight, credit, in_flight = number_of(state[1]), number_of(state[2]),
-      number_of(state[3])
-    if weight == 0 then
-      weight = 1
-    end
-    local want = n - #ids
-    if redis.call('ZCARD', rotation) > 1 then
-      want = math.min(want, weight - credit)
-    end
-    if group_cap > 0 then
-      want = math.min(want, group_cap - in_flight)
-    end
-    local entries, waits = {}, false
-    if state[4] then
-      -- It must deliver this task next: only that one, once it is promoted.
-      waits = not head_ready(state[4])
-      if not waits and want > 0 then
-        local seq, due_at, _, _, _, _, _, _, _, _, _, _, priority =
-          meta_fields(redis.call('HGET', tasks, state[4]))
-        entries[1] = ready_entry(group, priority, due_at, seq, state[4])
+    local alone = #heads == 1 and redis.call('ZCARD', rotation) == 1
+    local fields = {}
+    for _, group in ipairs(heads) do
+      for _, field in ipairs({'w', 'c', 'f', 'h', 't'}) do
+        fields[#fields + 1] = gfield(group, field)
       end
-    elseif want > 0 then
-      entries = group_entries(group, want)
     end
-    local taken, delivered, group_tat, group_wait = {}, 0, tonumber(state[5]), 0
-    if #entries > 0 and want > 0 then
-      local candidates = {}
-      for k, entry in ipairs(entries) do
-        candidates[k] = id_of(member_of_entry(group, entry))
+    local states = hmget(groups, fields)
+    -- This run's writes: entries taken out, group fields, groups out of the rotation,
+    -- groups to its back (in visiting order), wake-ups.
+    local taken, gone, writes, drops, outs, backs, wakes = {}, {}, {}, {}, {}, {}, {}
+    for k, group in ipairs(heads) do
+      if #ids >= n or stop then
+        break
       end
-      local metas = hmget(tasks, candidates)
-      for k, id in ipairs(candidates) do
-        if queue_limit and limiter_wait(queue_limit, queue_tat, now) > 0 then
-          retry_at = now + limiter_wait(queue_limit, queue_tat, now)
-          stop = true
-          break
+      local at = (k - 1) * 5
+      local weight, credit, in_flight = number_of(states[at + 1]), number_of(states[at + 2]),
+        number_of(states[at + 3])
+      local head, group_tat = states[at + 4], tonumber(states[at + 5])
+      if weight == 0 then
+        weight = 1
+      end
+      local want = n - #ids
+      if not alone then
+        want = math.min(want, weight - credit)
+      end
+      if group_cap > 0 then
+        want = math.min(want, group_cap - in_flight)
+      end
+      local entries, waits = {}, false
+      if head then
+        -- It must deliver this task next: only that one, once it is promoted.
+        waits = not head_ready(head)
+        if not waits and want > 0 then
+          local seq, due_at, _, _, _, _, _, _, _, _, _, _, priority =
+            meta_fields(redis.call('HGET', tasks, head))
+          entries[1] = ready_entry(group, priority, due_at, seq, head)
         end
-        if group_limit then
-          group_wait = limiter_wait(group_limit, group_tat, now)
-          if group_wait > 0 then
-            break
-          end
+      elseif want > 0 then
+        -- One more than wanted: whether any is left after this turn.
+        entries = group_entries(group, want + 1)
+      end
+      local delivered, looked, group_wait = 0, 0, 0
+      if #entries > 0 and want > 0 then
+        local candidates = {}
+        for c = 1, math.min(#entries, want) do
+          candidates[c] = id_of(member_of_entry(group, entries[c]))
         end
-        local raw = metas[k]
-        if raw then
-          used = used + size_of(raw) + #id + 128
-          if #ids > 0 and used > budget then
+        local metas = hmget(tasks, candidates)
+        for c, id in ipairs(candidates) do
+          if queue_limit and limiter_wait(queue_limit, queue_tat, now) > 0 then
+            retry_at = now + limiter_wait(queue_limit, queue_tat, now)
             stop = true
             break
           end
-          delivered = delivered + 1
-          ids[#ids + 1] = id
-          raws[#raws + 1] = raw
-          members[#members + 1] = member_of_entry(group, entries[k])
-          if queue_limit then
-            queue_tat = limiter_take(queue_limit, queue_tat, now)
-          end
           if group_limit then
-            group_tat = limiter_take(group_limit, group_tat, now)
+            group_wait = limiter_wait(group_limit, group_tat, now)
+            if group_wait > 0 then
+              break
+            end
           end
+          local raw = metas[c]
+          if raw then
+            used = used + size_of(raw) + #id + 128
+            if #ids > 0 and used > budget then
+              stop = true
+              break
+            end
+            delivered = delivered + 1
+            ids[#ids + 1] = id
+            raws[#raws + 1] = raw
+            members[#members + 1] = member_of_entry(group, entries[c])
+            if queue_limit then
+              queue_tat = limiter_take(queue_limit, queue_tat, now)
+            end
+            if group_limit then
+              group_tat = limiter_take(group_limit, group_tat, now)
+            end
+          end
+          looked = c
+          taken[#taken + 1] = entries[c]
+          gone[#gone + 1] = member_of_entry(group, entries[c])
         end
-        taken[#taken + 1] = entries[k]
+      end
+      if delivered > 0 then
+        credit = credit + delivered
+        if not auto_ack then
+          in_flight = in_flight + delivered
+          writes[#writes + 1] = gfield(group, 'f')
+          writes[#writes + 1] = in_flight
+        end
+        if group_limit then
+          writes[#writes + 1] = gfield(group, 't')
+          writes[#writes + 1] = tat_text(group_tat)
+          group_wait = limiter_wait(group_limit, group_tat, now)
+        end
+        if head then
+          drops[#drops + 1] = gfield(group, 'h')
+        end
+      end
+      -- The group's place: out when it cannot deliver (back by consider() or a
+      -- wake-up), at the back when its turn is used up, else still first.
+      if not stop or delivered > 0 then
+        local more
+        if head or want <= 0 then
+          more = has_ready(group)
+        else
+          more = #entries > looked
+        end
+        if waits or not more then
+          outs[#outs + 1] = group
+          drops[#drops + 1] = gfield(group, 'c')
+        elseif group_cap > 0 and in_flight >= group_cap then
+          outs[#outs + 1] = group
+          drops[#drops + 1] = gfield(group, 'c')
+          wakes[#wakes + 1] = CAPPED
+          wakes[#wakes + 1] = group
+          held[#held + 1] = 'group_max_in_flight'
+        elseif group_wait > 0 then
+          held[#held + 1] = 'group_rate_limit'
+          outs[#outs + 1] = group
+          drops[#drops + 1] = gfield(group, 'c')
+          wakes[#wakes + 1] = string.format('%d', math.ceil(now + group_wait))
+          wakes[#wakes + 1] = group
+        elseif credit >= weight or delivered == 0 then
+          drops[#drops + 1] = gfield(group, 'c')
+          backs[#backs + 1] = group
+        elseif delivered > 0 then
+          writes[#writes + 1] = gfield(group, 'c')
+          writes[#writes + 1] = credit
+        end
       end
     end
     if #taken > 0 then
       bulk('ZREM', ready, taken)
-      local gone = {}
-      for k, entry in ipairs(taken) do
-        gone[k] = member_of_entry(group, entry)
-      end
       bulk('ZREM', ranked, gone)
     end
-    if delivered > 0 then
-      local writes = {gfield(group, 'c'), credit + delivered}
-      if not auto_ack then
-        in_flight = in_flight + delivered
-        writes[#writes + 1] = gfield(group, 'f')
-        writes[#writes + 1] = in_flight
-      end
-      if group_limit then
-        writes[#writes + 1] = gfield(group, 't')
-        writes[#writes + 1] = tat_text(group_tat)
-        group_wait = limiter_wait(group_limit, group_tat, now)
-      end
-      redis.call('HSET', groups, unpack(writes))
-      if state[4] then
-        redis.call('HDEL', groups, gfield(group, 'h'))
-      end
-      credit = credit + delivered
+    if #drops > 0 then
+      bulk('HDEL', groups, drops)
     end
-    -- The group's place: out when it cannot deliver (back by consider() or a
-    -- wake-up), at the back when its turn is used up, else still first.
-    if not stop or delivered > 0 then
-      if waits or not has_ready(group) then
-        redis.call('ZREM', rotation, group)
-        redis.call('HDEL', groups, gfield(group, 'c'))
-      elseif group_cap > 0 and in_flight >= group_cap then
-        redis.call('ZREM', rotation, group)
-        redis.call('HDEL', groups, gfield(group, 'c'))
-        redis.call('ZADD', wakeups, CAPPED, group)
-        held[#held + 1] = 'group_max_in_flight'
-      elseif group_wait > 0 then
-        held[#held + 1] = 'group_rate_limit'
-        redis.call('ZREM', rotation, group)
-        redis.call('HDEL', groups, gfield(group, 'c'))
-        redis.call('ZADD', wakeups, string.format('%d', math.ceil(now + group_wait)), group)
-      elseif credit >= weight or delivered == 0 then
-        redis.call('HDEL', groups, gfield(group, 'c'))
-        redis.call('ZADD', rotation, redis.call('HINCRBY', config, 'turn', 1), group)
+    if #writes > 0 then
+      bulk('HSET', groups, writes)
+    end
+    if #outs > 0 then
+      bulk('ZREM', rotation, outs)
+    end
+    if #wakes > 0 then
+      bulk('ZADD', wakeups, wakes)
+    end
+    if #backs > 0 then
+      local turn = redis.call('HINCRBY', config, 'turn', #backs) - #backs
+      local moves = {}
+      for k, group in ipairs(backs) do
+        moves[#moves + 1] = turn + k
+        moves[#moves + 1] = group
       end
+      bulk('ZADD', rotation, moves)
     end
   end
   if queue_limit and queue_tat then
