@@ -91,15 +91,24 @@ async fn prefill(
     Ok(())
 }
 
+/// A drain's figures: tasks per second, and Redis CPU µs per task (NaN without the
+/// Redis URL).
+struct Drained {
+    per_s: f64,
+    redis_us: f64,
+}
+
 /// Drains `queue` of `count` tasks with Subscribe workers (batched acks) for at most
 /// `duration`: tasks per second until the last ack.
 async fn drain(
+    target: &Target,
     channels: &[Channel],
     queue: &str,
     count: usize,
     duration: Duration,
     label: String,
-) -> Result<f64, String> {
+) -> Result<Drained, String> {
+    let before = Usage::read_if(target.redis_url.as_deref()).await?;
     let acked = Arc::new(AtomicU64::new(0));
     let stop = CancellationToken::new();
     let (progress, shown) = Progress::show(label);
@@ -127,15 +136,26 @@ async fn drain(
             break;
         }
     }
+    let after = Usage::read_if(target.redis_url.as_deref()).await?;
     drop(shown);
     stop.cancel();
     collect(subs).await;
-    Ok(shown_count as f64 / last.duration_since(started).as_secs_f64().max(1e-3))
+    Ok(Drained {
+        per_s: shown_count as f64 / last.duration_since(started).as_secs_f64().max(1e-3),
+        redis_us: before
+            .zip(after)
+            .map_or(f64::NAN, |(b, a)| b.cpu_us_per_op(a, shown_count)),
+    })
 }
 
 /// Deliveries per second of a queue whose tasks are spread over `groups` groups (0:
 /// ungrouped).
-async fn rate_with(channels: &[Channel], groups: usize, duration: Duration) -> Result<f64, String> {
+async fn rate_with(
+    target: &Target,
+    channels: &[Channel],
+    groups: usize,
+    duration: Duration,
+) -> Result<Drained, String> {
     let queue = queue_name(&format!("g{groups}"));
     prefill(channels, &queue, DRAIN_TASKS, move |n| {
         if groups == 0 {
@@ -146,6 +166,7 @@ async fn rate_with(channels: &[Channel], groups: usize, duration: Duration) -> R
     })
     .await?;
     drain(
+        target,
         channels,
         &queue,
         DRAIN_TASKS,
@@ -345,26 +366,29 @@ async fn paused_cost(target: &Target, channels: &[Channel]) -> Result<Option<f64
 
 pub async fn groups(target: &Target, duration: Duration) -> Result<Report, String> {
     let channels = target.server_channels(4).await?;
-    let ungrouped = rate_with(&channels, 0, duration).await?;
+    let ungrouped = rate_with(target, &channels, 0, duration).await?;
     let mut by_groups = Vec::new();
     for groups in [1, 1_000, 100_000] {
-        by_groups.push((groups, rate_with(&channels, groups, duration).await?));
+        by_groups.push((groups, rate_with(target, &channels, groups, duration).await?));
     }
     let calm = quiet_pickup(&channels, 0, duration).await?;
     let busy = quiet_pickup(&channels, BACKLOG, duration).await?;
     let limited = limited_rate(&channels).await?;
     let paused = paused_cost(target, &channels).await?;
-    let most = by_groups.last().map_or(f64::NAN, |(_, rate)| *rate);
-    let mut report =
-        Report::new("groups", most, &busy).extra("ungrouped_ops_per_s", Extra::Number(ungrouped));
-    report.floor_ops_per_s = Some(ungrouped);
-    for (groups, rate) in by_groups {
-        let key = match groups {
-            1 => "groups_1_ops_per_s",
-            1_000 => "groups_1000_ops_per_s",
-            _ => "groups_100000_ops_per_s",
+    let most = by_groups.last().map_or(f64::NAN, |(_, drained)| drained.per_s);
+    let mut report = Report::new("groups", most, &busy)
+        .extra("ungrouped_ops_per_s", Extra::Number(ungrouped.per_s))
+        .extra("ungrouped_redis_us_per_op", Extra::Number(ungrouped.redis_us));
+    report.floor_ops_per_s = Some(ungrouped.per_s);
+    for (groups, drained) in by_groups {
+        let (rate, cost) = match groups {
+            1 => ("groups_1_ops_per_s", "groups_1_redis_us_per_op"),
+            1_000 => ("groups_1000_ops_per_s", "groups_1000_redis_us_per_op"),
+            _ => ("groups_100000_ops_per_s", "groups_100000_redis_us_per_op"),
         };
-        report = report.extra(key, Extra::Number(rate));
+        report = report
+            .extra(rate, Extra::Number(drained.per_s))
+            .extra(cost, Extra::Number(drained.redis_us));
     }
     report = report
         .extra("backlog", Extra::Count(BACKLOG as u64))
