@@ -773,3 +773,63 @@ async fn list_groups_counts_each_group_s_tasks_by_state_and_pages_by_name(
     );
     Ok(())
 }
+
+on_each_store!(replace_moves_a_task_between_groups_and_old_tasks_join_the_rotation);
+async fn replace_moves_a_task_between_groups_and_old_tasks_join_the_rotation(
+    redis: TestStore,
+) -> TestResult {
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    // Ungrouped tasks from before the queue used flow control, then grouped ones.
+    enqueue(&mut queues, "q", vec![task("u1", "", 0), task("u2", "", 0)]).await?;
+    enqueue(
+        &mut queues,
+        "q",
+        vec![task("t", "a", 0), task("a2", "a", 0)],
+    )
+    .await?;
+    // REPLACE moves t to group b with priority 9.
+    let mut moved = task("t", "b", 9);
+    moved.on_duplicate = turnstile::pb::DuplicatePolicy::Replace as i32;
+    enqueue(&mut queues, "q", vec![moved, task("b2", "b", 0)]).await?;
+    let peek = |group: &str| PeekRequest {
+        queue: "q".into(),
+        state: TaskState::Ready as i32,
+        limit: 10,
+        group: Some(group.into()),
+    };
+    assert_eq!(
+        ids(&queues.peek(peek("a")).await?.into_inner().tasks),
+        ["a2"]
+    );
+    let b = queues.peek(peek("b")).await?.into_inner().tasks;
+    assert_eq!(ids(&b), ["t", "b2"]);
+    assert_eq!(b[0].priority, 9);
+    // Every task is delivered once, a group at a time in turn, the old ungrouped ones
+    // too; a delayed grouped task is pushed when it falls due.
+    let mut later = task("later", "c", 0);
+    later.schedule = Some(Schedule::Delay(ms(300).unwrap()));
+    enqueue(&mut queues, "q", vec![later]).await?;
+    let mut stream = subscribe(&mut queues, "q", 10).await?;
+    let mut got = Vec::new();
+    while got.len() < 6 {
+        got.push(
+            next_task(&mut stream, common::WAIT)
+                .await
+                .expect("a push")
+                .id,
+        );
+    }
+    assert!(
+        next_task(&mut stream, QUIET).await.is_none(),
+        "each once: {got:?}"
+    );
+    let mut sorted = got.clone();
+    sorted.sort();
+    assert_eq!(sorted, ["a2", "b2", "later", "t", "u1", "u2"], "{got:?}");
+    // Before the delayed one: a, b and the ungrouped in turn, b's t (priority 9) first.
+    let first: Vec<&str> = got[..5].iter().map(String::as_str).collect();
+    assert_eq!(first, ["a2", "t", "u1", "b2", "u2"]);
+    assert_eq!(got[5], "later");
+    Ok(())
+}

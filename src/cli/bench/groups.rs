@@ -369,16 +369,24 @@ pub async fn groups(target: &Target, duration: Duration) -> Result<Report, Strin
     let ungrouped = rate_with(target, &channels, 0, duration).await?;
     let mut by_groups = Vec::new();
     for groups in [1, 1_000, 100_000] {
-        by_groups.push((groups, rate_with(target, &channels, groups, duration).await?));
+        by_groups.push((
+            groups,
+            rate_with(target, &channels, groups, duration).await?,
+        ));
     }
     let calm = quiet_pickup(&channels, 0, duration).await?;
     let busy = quiet_pickup(&channels, BACKLOG, duration).await?;
     let limited = limited_rate(&channels).await?;
     let paused = paused_cost(target, &channels).await?;
-    let most = by_groups.last().map_or(f64::NAN, |(_, drained)| drained.per_s);
+    let most = by_groups
+        .last()
+        .map_or(f64::NAN, |(_, drained)| drained.per_s);
     let mut report = Report::new("groups", most, &busy)
         .extra("ungrouped_ops_per_s", Extra::Number(ungrouped.per_s))
-        .extra("ungrouped_redis_us_per_op", Extra::Number(ungrouped.redis_us));
+        .extra(
+            "ungrouped_redis_us_per_op",
+            Extra::Number(ungrouped.redis_us),
+        );
     report.floor_ops_per_s = Some(ungrouped.per_s);
     for (groups, drained) in by_groups {
         let (rate, cost) = match groups {
