@@ -359,21 +359,22 @@ local function pick(n, budget, now, auto_ack)
       end
     end
     local states = hmget(groups, fields)
-    -- This run's writes: entries taken out, group fields, groups out of the rotation,
-    -- groups to its back (in visiting order), wake-ups.
-    local taken, gone, writes, drops, outs, backs, wakes = {}, {}, {}, {}, {}, {}, {}
+    -- Each group's plan, as if every group before it delivered all it wants: how many
+    -- it wants, its next entries, whether it waits for a task not yet READY; then the
+    -- metas of every candidate in one HMGET.
+    local plans, candidates, planned = {}, {}, 0
     for k, group in ipairs(heads) do
-      if #ids >= n or stop then
+      if planned >= n - #ids then
         break
       end
       local at = (k - 1) * 5
       local weight, credit, in_flight = number_of(states[at + 1]), number_of(states[at + 2]),
         number_of(states[at + 3])
-      local head, group_tat = states[at + 4], tonumber(states[at + 5])
+      local head = states[at + 4]
       if weight == 0 then
         weight = 1
       end
-      local want = n - #ids
+      local want = n - #ids - planned
       if not alone then
         want = math.min(want, weight - credit)
       end
@@ -393,14 +394,30 @@ local function pick(n, budget, now, auto_ack)
         -- One more than wanted: whether any is left after this turn.
         entries = group_entries(group, want + 1)
       end
+      local first = #candidates
+      for c = 1, math.min(#entries, math.max(want, 0)) do
+        candidates[#candidates + 1] = id_of(member_of_entry(group, entries[c]))
+      end
+      planned = planned + math.max(want, 0)
+      plans[k] = {weight = weight, credit = credit, in_flight = in_flight, head = head,
+        tat = tonumber(states[at + 5]), want = want, entries = entries, waits = waits,
+        first = first}
+    end
+    local metas = hmget(tasks, candidates)
+    -- This run's writes: entries taken out, group fields, groups out of the rotation,
+    -- groups to its back (in visiting order), wake-ups.
+    local taken, gone, writes, drops, outs, backs, wakes = {}, {}, {}, {}, {}, {}, {}
+    for k, group in ipairs(heads) do
+      local plan = plans[k]
+      if #ids >= n or stop or not plan then
+        break
+      end
+      local weight, credit, in_flight, head = plan.weight, plan.credit, plan.in_flight, plan.head
+      local group_tat, want, entries, waits = plan.tat, plan.want, plan.entries, plan.waits
       local delivered, looked, group_wait = 0, 0, 0
       if #entries > 0 and want > 0 then
-        local candidates = {}
         for c = 1, math.min(#entries, want) do
-          candidates[c] = id_of(member_of_entry(group, entries[c]))
-        end
-        local metas = hmget(tasks, candidates)
-        for c, id in ipairs(candidates) do
+          local id = candidates[plan.first + c]
           if queue_limit and limiter_wait(queue_limit, queue_tat, now) > 0 then
             retry_at = now + limiter_wait(queue_limit, queue_tat, now)
             stop = true
@@ -412,7 +429,7 @@ local function pick(n, budget, now, auto_ack)
               break
             end
           end
-          local raw = metas[c]
+          local raw = metas[plan.first + c]
           if raw then
             used = used + size_of(raw) + #id + 128
             if #ids > 0 and used > budget then
