@@ -21,6 +21,7 @@ use super::{model::Stats, scripts::call, GroupConfig, QueueConfig, QueueStore};
 use crate::{
     error::{Error, Result},
     redis::reply::{int, string},
+    tenant::Tenant,
     time::now_ms,
 };
 
@@ -31,26 +32,43 @@ pub const STALE: Duration = Duration::from_secs(600);
 /// The most queue names a server remembers having listed (then it forgets them all).
 const REMEMBERED: usize = 100_000;
 
-/// The queues this server named in their registries lately: (registry, queue) -> when.
+/// The queues this server named in their tenants' registries lately, by tenant and
+/// name (looked up by reference: an Enqueue allocates nothing here).
 #[derive(Default)]
-pub(super) struct Listed(Mutex<HashMap<(String, String), Instant>>);
+pub(super) struct Listed(Mutex<Remembered>);
+
+#[derive(Default)]
+struct Remembered {
+    by_tenant: HashMap<Tenant, HashMap<String, Instant>>,
+    len: usize,
+}
 
 impl Listed {
-    /// Whether `queue` is to be named in `registry` now (and notes that it is).
-    fn due(&self, registry: &str, queue: &str) -> bool {
+    /// Whether `queue` of `tenant` is to be named in its registry now (and notes that
+    /// it is).
+    fn due(&self, tenant: &Tenant, queue: &str) -> bool {
         let mut listed = self.0.lock().unwrap_or_else(|poison| poison.into_inner());
         let now = Instant::now();
-        let key = (registry.to_owned(), queue.to_owned());
-        if listed
-            .get(&key)
-            .is_some_and(|at| now.duration_since(*at) < RELIST)
+        if let Some(at) = listed
+            .by_tenant
+            .get_mut(tenant)
+            .and_then(|queues| queues.get_mut(queue))
         {
-            return false;
+            if now.duration_since(*at) < RELIST {
+                return false;
+            }
+            *at = now;
+            return true;
         }
-        if listed.len() >= REMEMBERED {
-            listed.clear();
+        if listed.len >= REMEMBERED {
+            *listed = Remembered::default();
         }
-        listed.insert(key, now);
+        listed.len += 1;
+        listed
+            .by_tenant
+            .entry(tenant.clone())
+            .or_default()
+            .insert(queue.to_owned(), now);
         true
     }
 }
@@ -83,8 +101,8 @@ pub struct Page<T> {
 impl QueueStore {
     /// Names `queue` in the tenant's registry, unless this server did lately.
     pub(super) async fn name_queue(&self, queue: &str) -> Result<()> {
-        let (registry, named) = self.redis.keys.queue_registry();
-        if self.listed.due(&registry, queue) {
+        if self.listed.due(&self.tenant, queue) {
+            let (registry, named) = self.redis.keys.queue_registry();
             let mut pipe = redis::pipe();
             pipe.cmd("ZADD").arg(&registry).arg("NX").arg(0).arg(queue);
             pipe.cmd("HSET").arg(&named).arg(queue).arg(now_ms());

@@ -42,8 +42,11 @@ impl QueueStore {
         self.name_queue(queue).await?;
         let keys = self.keys(queue);
         let mut call = call(&self.scripts.enqueue, &keys);
+        // Tasks without a group or a priority leave those two out (7 values each).
+        let flow = tasks.iter().any(|t| !t.group.is_empty() || t.priority != 0);
         call.arg(self.redis.keys.channel(Event::QueueChanged))
-            .arg(keys.pending());
+            .arg(keys.pending())
+            .arg(if flow { 9 } else { 7 });
         for task in tasks {
             let (kind, value) = match task.schedule {
                 Schedule::Now => ("n", 0),
@@ -60,9 +63,10 @@ impl QueueStore {
                     (false, false) => "k",
                 })
                 .arg(task.max_attempts)
-                .arg(task.dedupe_window.as_millis() as u64)
-                .arg(task.priority)
-                .arg(&task.group);
+                .arg(task.dedupe_window.as_millis() as u64);
+            if flow {
+                call.arg(task.priority).arg(&task.group);
+            }
         }
         let reply: Vec<i64> = self.invoke_reclaiming(&call).await?;
         replies::enqueued(tasks, &reply)

@@ -308,8 +308,8 @@ async fn peek_returns_one_task_over_budget_and_cancel_leaves_a_task_in_flight() 
         queue_script(&queues, "enqueue.lua"),
         &keys,
         &[
-            "ch", "msg", "a", &big, "n", "0", "k", "25", "0", "0", "", "b", &big, "n", "0", "k",
-            "25", "0", "0", "",
+            "ch", "msg", "9", "a", &big, "n", "0", "k", "25", "0", "0", "", "b", &big, "n", "0",
+            "k", "25", "0", "0", "",
         ],
     )
     .await?;
@@ -369,8 +369,8 @@ async fn ended_dedupe_windows_go_a_bounded_run_at_a_time_and_hold_nothing_meanwh
     pipe.zadd(reserved, "running", i64::MAX / 4).ignore();
     let () = pipe.query_async(&mut conn).await?;
     let enqueue = queue_script(&queues, "enqueue.lua");
-    let task = |id: &'static str| [id, "p", "n", "0", "k", "25", "0", "0", ""];
-    let args: Vec<&str> = ["ch", "msg"]
+    let task = |id: &'static str| [id, "p", "n", "0", "k", "25", "0"];
+    let args: Vec<&str> = ["ch", "msg", "7"]
         .into_iter()
         .chain(task("ended-4999"))
         .chain(task("running"))

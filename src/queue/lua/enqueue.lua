@@ -1,11 +1,12 @@
 -- enqueue.lua: add a batch of tasks atomically, deduplicated by id.
 -- KEYS: the queue's nine keys (include/keys.lua)
--- ARGV[1] the queue-changed channel, ARGV[2] the message (the pending key)
--- then 9 per task: id, payload, schedule ('n' now | 'd' delay ms | 'a' due at ms),
+-- ARGV[1] the queue-changed channel, ARGV[2] the message (the pending key), ARGV[3]
+-- the values per task: 7, or 9 when some task of the batch has a group or a priority,
+-- then per task: id, payload, schedule ('n' now | 'd' delay ms | 'a' due at ms),
 --   schedule value, policy ('k' keep | 'r' replace | 'u' unique: a fresh random id
---   the server made, never looked up), max_attempts, dedupe window ms, priority (0-9),
---   group ('' none). A task with a group or a priority puts the queue in flow mode
---   (include/flow.lua); there a task due now is READY in its group at once.
+--   the server made, never looked up), max_attempts, dedupe window ms, and with 9:
+--   priority (0-9), group ('' none). A task with a group or a priority puts the queue
+--   in flow mode (include/flow.lua); there a task due now is READY in its group at once.
 -- Clock: Redis TIME.
 -- A run that returned a full run's worth of expired leases answers AGAIN and does
 -- nothing else (include/reclaim.lua); the store runs it again.
@@ -20,7 +21,8 @@
 --- @include "load"
 --- @include "reclaim"
 --- @include "flow"
-local changed_channel, changed_message = ARGV[1], ARGV[2]
+local changed_channel, changed_message, stride = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local FIRST = 4
 
 local now = now_ms()
 open_flow(now)
@@ -41,12 +43,12 @@ if #ended > 0 then
 end
 -- Only ids a client chose are looked up (stored task, dedupe window).
 local ids, chosen = {}, {}
-for i = 3, #ARGV, 9 do
+for i = FIRST, #ARGV, stride do
   ids[#ids + 1] = ARGV[i]
   if ARGV[i + 4] ~= 'u' then
     chosen[#chosen + 1] = #ids
   end
-  if ARGV[i + 7] ~= '0' or ARGV[i + 8] ~= '' then
+  if stride == 9 and (ARGV[i + 7] ~= '0' or ARGV[i + 8] ~= '') then
     enter_flow()
   end
 end
@@ -71,7 +73,7 @@ end
 local planned, order, removed = {}, {}, {}
 local out, no = {}, 0
 for n, id in ipairs(ids) do
-  local i = 3 + (n - 1) * 9
+  local i = FIRST + (n - 1) * stride
   local kind, value = ARGV[i + 2], tonumber(ARGV[i + 3])
   local due, score = now, now_score
   if kind == 'd' then
@@ -96,7 +98,8 @@ for n, id in ipairs(ids) do
     planned[id] = {due = due, enqueued_at = meta and meta.enqueued_at or now, attempt = 0,
       max_attempts = tonumber(ARGV[i + 5]), dedupe_ms = tonumber(ARGV[i + 6]),
       size = #ARGV[i + 1], state = PENDING, payload = ARGV[i + 1], score = score, at = #order,
-      priority = tonumber(ARGV[i + 7]), group = ARGV[i + 8]}
+      priority = stride == 9 and tonumber(ARGV[i + 7]) or 0,
+      group = stride == 9 and ARGV[i + 8] or ''}
     local created = meta and 0 or 1
     out[no + 1], out[no + 2], out[no + 3] = created, 1 - created, due
   end
