@@ -833,3 +833,66 @@ async fn replace_moves_a_task_between_groups_and_old_tasks_join_the_rotation(
     assert_eq!(got[5], "later");
     Ok(())
 }
+
+on_each_store!(a_group_rate_limit_spaces_each_group_s_starts_and_the_others_go_on);
+async fn a_group_rate_limit_spaces_each_group_s_starts_and_the_others_go_on(
+    redis: TestStore,
+) -> TestResult {
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    let period_ms = 200;
+    configure(
+        &mut queues,
+        ConfigureQueueRequest {
+            queue: "q".into(),
+            group_rate_limit: Some(RateLimit {
+                limit: 1,
+                period: ms(period_ms),
+                burst: 1,
+            }),
+            ..Default::default()
+        },
+    )
+    .await?;
+    let tasks: Vec<TaskSpec> = (1..=3)
+        .flat_map(|n| {
+            [
+                task(&format!("a{n}"), "a", 0),
+                task(&format!("b{n}"), "b", 0),
+            ]
+        })
+        .collect();
+    enqueue(&mut queues, "q", tasks).await?;
+    // One of each group at once; the rest as each group's limit allows.
+    let first = lease(&mut queues, "q", 10).await?;
+    assert_eq!(ids(&first), ["a1", "b1"]);
+    assert!(lease(&mut queues, "q", 10).await?.is_empty());
+    let mut stream = subscribe(&mut queues, "q", 10).await?;
+    let start = |task: &Task| unix_ms(&task.lease_expires_at) - 60_000;
+    let mut starts: Vec<(String, i64)> =
+        first.iter().map(|t| (t.group.clone(), start(t))).collect();
+    for _ in 0..4 {
+        let task = next_task(&mut stream, common::WAIT)
+            .await
+            .expect("the next of a group");
+        starts.push((task.group.clone(), start(&task)));
+    }
+    for group in ["a", "b"] {
+        let times: Vec<i64> = starts
+            .iter()
+            .filter(|(g, _)| g == group)
+            .map(|(_, t)| *t)
+            .collect();
+        assert_eq!(times.len(), 3, "{starts:?}");
+        for pair in times.windows(2) {
+            assert!(pair[1] - pair[0] >= period_ms, "{group}: {times:?}");
+        }
+    }
+    let held: f64 = server
+        .metric_values("turnstile_queue_held_back_total{queue=\"q\",reason=\"group_rate_limit\"}")
+        .await
+        .iter()
+        .sum();
+    assert!(held >= 1.0);
+    Ok(())
+}
