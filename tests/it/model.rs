@@ -3,6 +3,9 @@
 //! real server and, side by side, against a small in-memory model of the contract
 //! ("turnstile.v1.QueueService"). Every reply must be one the model allows, and after
 //! every step `Stats` and the listing of every state (in delivery order) must agree.
+//! Every other run gives its tasks groups and priorities, so the model also checks
+//! flow control's delivery order: groups taking turns in the order they came to have
+//! a READY task, each group's highest priority first.
 //! `MODEL_SEED=<n> cargo test --test it model::` replays a run.
 //!
 //! Time is Redis' clock, which no test can stop: each call is bracketed by two reads of
@@ -26,7 +29,7 @@ use turnstile::pb::{
 
 /// Steps per run, and runs (seeds) per test.
 const STEPS: usize = 250;
-const RUNS: u64 = 2;
+const RUNS: u64 = 4;
 /// The ids a run draws from: few, so that duplicates, replaces and stale receipts
 /// are common.
 const IDS: u64 = 6;
@@ -89,6 +92,11 @@ struct MTask {
     /// The live delivery's receipt and lease end (in flight only).
     receipt: String,
     lease_end: i64,
+    group: String,
+    priority: u32,
+    /// Flow mode: a waiting task moved into its group's order (due when it was placed,
+    /// or promoted by a later Lease or Peek).
+    promoted: bool,
 }
 
 /// A task row the model expects: `receipt` `None` for a new one the server picks.
@@ -103,6 +111,8 @@ struct Row {
     max_attempts: u32,
     receipt: Option<String>,
     lease_end: Option<Span>,
+    group: String,
+    priority: u32,
 }
 
 /// What the model expects of one call.
@@ -125,6 +135,12 @@ struct Model {
     /// Ids held by a dedupe window, until (Unix ms).
     reserved: BTreeMap<String, i64>,
     seq: u64,
+    /// Flow mode: entered with the first task that has a group or a priority.
+    flow: bool,
+    /// Flow mode: the groups in turn order. A group joins at the back when it comes to
+    /// have a READY task (placed or promoted) while not in it, and leaves when its turn
+    /// finds nothing READY.
+    rotation: Vec<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -135,6 +151,8 @@ struct Spec {
     replace: bool,
     max_attempts: u32,
     dedupe_ms: i64,
+    group: String,
+    priority: u32,
 }
 
 #[derive(Clone, Debug)]
@@ -166,19 +184,110 @@ enum Op {
 impl Model {
     /// Expired leases end as the contract says: the task is READY again at its
     /// original due time, or DEAD after its last attempt.
+    /// They end in lease-end order (then enqueue order), each joining its group's turn.
     fn expire(&mut self, now: i64) {
-        for task in self.tasks.values_mut() {
-            if task.st == St::InFlight && task.lease_end <= now {
-                task.receipt.clear();
-                task.lease_end = 0;
-                task.st = if task.attempt >= task.max_attempts {
-                    St::Dead
-                } else {
-                    St::Pending
-                };
+        let mut ended: Vec<(i64, u64, String)> = self
+            .tasks
+            .iter()
+            .filter(|(_, task)| task.st == St::InFlight && task.lease_end <= now)
+            .map(|(id, task)| (task.lease_end, task.seq, id.clone()))
+            .collect();
+        ended.sort();
+        for (_, _, id) in ended {
+            let task = self.tasks.get_mut(&id).unwrap();
+            task.receipt.clear();
+            task.lease_end = 0;
+            if task.attempt >= task.max_attempts {
+                task.st = St::Dead;
+            } else {
+                task.st = St::Pending;
+                self.place(&id, now);
             }
         }
         self.reserved.retain(|_, until| *until > now);
+    }
+
+    /// Flow mode: a task that waits again (placed, given back, redriven) is in its
+    /// group's order at once when due, and its group joins the rotation.
+    fn place(&mut self, id: &str, now: i64) {
+        let task = self.tasks.get_mut(id).unwrap();
+        task.promoted = self.flow && task.due.lo <= now;
+        if task.promoted {
+            let group = task.group.clone();
+            self.join(&group);
+        }
+    }
+
+    /// A group with a READY task joins the back of the rotation, unless it is in it.
+    fn join(&mut self, group: &str) {
+        let ready = self
+            .tasks
+            .values()
+            .any(|t| t.group == group && t.st == St::Pending && t.promoted);
+        if self.flow && ready && !self.rotation.iter().any(|g| g == group) {
+            self.rotation.push(group.to_owned());
+        }
+    }
+
+    /// Flow mode: the waiting tasks that fell due move into their groups' order, in
+    /// due and enqueue order; their groups join in that order.
+    fn promote(&mut self, now: i64) {
+        if !self.flow {
+            return;
+        }
+        let mut due: Vec<(i64, u64, String)> = self
+            .tasks
+            .iter()
+            .filter(|(_, t)| t.st == St::Pending && !t.promoted && t.due.lo <= now)
+            .map(|(id, t)| (t.due.lo, t.seq, id.clone()))
+            .collect();
+        due.sort();
+        for (_, _, id) in &due {
+            self.tasks.get_mut(id).unwrap().promoted = true;
+        }
+        for (_, _, id) in &due {
+            let group = self.tasks[id].group.clone();
+            self.join(&group);
+        }
+    }
+
+    /// Flow mode: the next READY task of `group` in its order (priority, due, enqueue).
+    fn next_of(&self, group: &str) -> Option<String> {
+        self.tasks
+            .iter()
+            .filter(|(_, t)| t.group == group && t.st == St::Pending && t.promoted)
+            .min_by_key(|(_, t)| (9 - t.priority, t.due.lo, t.seq))
+            .map(|(id, _)| id.clone())
+    }
+
+    /// The ids to deliver now, at most `n`: in flow mode groups in turn, one each per
+    /// turn (a group alone gives all it has); else the READY listing.
+    fn deliverable(&mut self, n: usize, now: i64) -> Vec<String> {
+        if !self.flow {
+            return self
+                .listing(TaskState::Ready, now)
+                .into_iter()
+                .take(n)
+                .collect();
+        }
+        let mut out = Vec::new();
+        while out.len() < n {
+            let Some(group) = self.rotation.first().cloned() else {
+                break;
+            };
+            let Some(id) = self.next_of(&group) else {
+                self.rotation.remove(0);
+                continue;
+            };
+            // Taken out of its group's order now (delivered by the caller).
+            self.tasks.get_mut(&id).unwrap().promoted = false;
+            out.push(id);
+            self.rotation.remove(0);
+            if self.next_of(&group).is_some() {
+                self.rotation.push(group);
+            }
+        }
+        out
     }
 
     /// The instants in `(from, to]` at which the model's answers could change.
@@ -222,6 +331,8 @@ impl Model {
             max_attempts: task.max_attempts,
             receipt: Some(String::new()),
             lease_end: (task.lease_end > 0).then(|| Span::at(task.lease_end)),
+            group: task.group.clone(),
+            priority: task.priority,
         }
     }
 
@@ -238,7 +349,13 @@ impl Model {
                 } else {
                     task.due.lo
                 };
-                ((at, task.seq), id.clone())
+                // READY: highest priority first (all 0 without flow control).
+                let rank = if state == TaskState::Ready {
+                    9 - task.priority
+                } else {
+                    0
+                };
+                ((rank, at, task.seq), id.clone())
             })
             .collect();
         ids.sort();
@@ -256,10 +373,26 @@ impl Model {
     /// of the model changes within it), and returns the reply it expects.
     fn apply(&mut self, op: &Op, now: Span) -> Reply {
         let t = now.lo;
-        self.expire(t);
+        // The scripts that return expired leases first (Ack, Nack and ExtendLease see
+        // one as stale without returning it).
+        if !matches!(op, Op::Ack(..) | Op::Nack { .. } | Op::Extend { .. }) {
+            self.expire(t);
+        } else {
+            self.reserved.retain(|_, until| *until > t);
+        }
         match op {
             Op::Enqueue(specs) => {
+                if !self.flow && specs.iter().any(|s| !s.group.is_empty() || s.priority != 0) {
+                    // Flow mode from now on: every waiting task is yet to be promoted.
+                    self.flow = true;
+                    for task in self.tasks.values_mut() {
+                        task.promoted = false;
+                    }
+                }
                 let mut out = Vec::new();
+                // The tasks stored, in the order the batch placed them (a second spec
+                // of one id places it again, later).
+                let mut placed: Vec<String> = Vec::new();
                 for spec in specs {
                     if self.reserved.contains_key(&spec.id) {
                         out.push((false, false, None));
@@ -292,9 +425,24 @@ impl Model {
                             st: St::Pending,
                             receipt: String::new(),
                             lease_end: 0,
+                            group: spec.group.clone(),
+                            priority: spec.priority,
+                            promoted: false,
                         },
                     );
+                    placed.retain(|id| *id != spec.id);
+                    placed.push(spec.id.clone());
                     out.push((created, !created, Some(Span::at(spec.due))));
+                }
+                for id in &placed {
+                    let task = self.tasks.get_mut(id).unwrap();
+                    task.promoted = self.flow && task.due.lo <= t;
+                }
+                for id in &placed {
+                    if self.tasks[id].promoted {
+                        let group = self.tasks[id].group.clone();
+                        self.join(&group);
+                    }
                 }
                 Reply::Enqueue(out)
             }
@@ -304,8 +452,9 @@ impl Model {
                 auto_ack,
             } => {
                 let mut rows = Vec::new();
-                let ready = self.listing(TaskState::Ready, t);
-                for id in ready.into_iter().take((*max_tasks).max(1) as usize) {
+                self.promote(t);
+                let ready = self.deliverable((*max_tasks).max(1) as usize, t);
+                for id in ready {
                     let task = self.tasks.get_mut(&id).unwrap();
                     task.attempt += 1;
                     task.st = St::InFlight;
@@ -346,6 +495,7 @@ impl Model {
                     } else {
                         task.st = St::Pending;
                         task.due = now.shift(*delay);
+                        self.place(&id, t);
                         Reply::Nacked(true, false)
                     }
                 }
@@ -373,22 +523,38 @@ impl Model {
                 Reply::Cancelled(out)
             }
             Op::Redrive(ids) => {
+                // All: in the dead set's order (due, then enqueue order).
                 let ids: Vec<String> = if ids.is_empty() {
-                    self.tasks.keys().cloned().collect()
+                    let mut dead: Vec<(i64, u64, String)> = self
+                        .tasks
+                        .iter()
+                        .filter(|(_, task)| task.st == St::Dead)
+                        .map(|(id, task)| (task.due.lo, task.seq, id.clone()))
+                        .collect();
+                    dead.sort();
+                    dead.into_iter().map(|(_, _, id)| id).collect()
                 } else {
                     ids.clone()
                 };
-                let mut moved = 0;
+                let mut moved = Vec::new();
                 for id in ids {
                     if let Some(task) = self.tasks.get_mut(&id).filter(|task| task.st == St::Dead) {
                         task.st = St::Pending;
                         task.attempt = 0;
-                        moved += 1;
+                        task.promoted = self.flow && task.due.lo <= t;
+                        moved.push(id);
                     }
                 }
-                Reply::Redriven(moved)
+                for id in &moved {
+                    if self.tasks[id].promoted {
+                        let group = self.tasks[id].group.clone();
+                        self.join(&group);
+                    }
+                }
+                Reply::Redriven(moved.len() as u64)
             }
             Op::Peek { state, limit } => {
+                self.promote(t);
                 let limit = if *limit == 0 { 10 } else { *limit as usize };
                 let ids = self.listing(*state, t);
                 Reply::Tasks(
@@ -460,6 +626,8 @@ fn row_matches(row: &Row, task: &Task) -> bool {
             .as_ref()
             .map_or(!task.receipt.is_empty(), |r| *r == task.receipt)
         && span_holds(row.lease_end, ms_of(&task.lease_expires_at))
+        && row.group == task.group
+        && row.priority == task.priority
 }
 
 /// Whether the server's reply is one the model expects. Rows are compared in order
@@ -557,7 +725,8 @@ impl Run {
                             max_attempts: s.max_attempts,
                             dedupe_window: (s.dedupe_ms > 0)
                                 .then(|| common::ms(s.dedupe_ms).unwrap()),
-                            ..Default::default()
+                            group: s.group,
+                            priority: s.priority,
                         })
                         .collect(),
                 })
@@ -735,7 +904,14 @@ fn soon(rng: &mut Rng) -> i64 {
 /// A random step; times relative to `now` (Redis' clock) and the run's `start`. Right
 /// after time passed, a step that must see a lease that ran out (and that nothing
 /// returned yet) as ended is likelier.
-fn pick(rng: &mut Rng, run: &Run, now: i64, start: i64, time_passed: bool) -> Option<Op> {
+fn pick(
+    rng: &mut Rng,
+    run: &Run,
+    now: i64,
+    start: i64,
+    time_passed: bool,
+    grouped: bool,
+) -> Option<Op> {
     let kind = if time_passed && rng.below(2) == 0 {
         [0, 71, 77][rng.below(3) as usize]
     } else {
@@ -756,6 +932,16 @@ fn pick(rng: &mut Rng, run: &Run, now: i64, start: i64, time_passed: bool) -> Op
                     replace: rng.below(2) == 0,
                     max_attempts: [0, 1, 2, 3][rng.below(4) as usize],
                     dedupe_ms: if rng.below(6) == 0 { HOUR } else { 0 },
+                    group: if grouped {
+                        ["", "a", "a", "b"][rng.below(4) as usize].to_owned()
+                    } else {
+                        String::new()
+                    },
+                    priority: if grouped {
+                        [0, 0, 5, 9][rng.below(4) as usize]
+                    } else {
+                        0
+                    },
                 })
                 .collect(),
         ),
@@ -813,7 +999,8 @@ async fn run_model(server: &TestServer, redis: &TestRedis, seed: u64) {
         let now = run.redis_now().await;
         // Most steps are followed by a full look; the passing of time is not, so that
         // the next call meets leases that ran out and that nothing has returned yet.
-        match pick(&mut rng, &run, now, start, time_passed) {
+        // Every other run uses groups and priorities (flow control's path).
+        match pick(&mut rng, &run, now, start, time_passed, seed % 2 == 1) {
             Some(op) => {
                 time_passed = false;
                 let look = matches!(op, Op::Nack { .. }) || rng.below(3) > 0;
