@@ -35,7 +35,7 @@ for n, id in ipairs(ids) do
     if live_fields(state, receipt, lease_end, ARGV[n + FIRST - 1], now) then
       done[id] = true
       ends.unlease_fields(id, seq, tag, group)
-      ends.forget_fields(id, dedupe_ms, now, group)
+      ends.forget_fields(id, dedupe_ms, now)
       if tag ~= '' then
         tags[tag] = true
       end

@@ -108,9 +108,6 @@ end
 if #order > 0 then
   for _, old in ipairs(removed) do
     unplace(old[1], old[2])
-    if flow.on then
-      count_group(old[2].group, 'n', -1)
-    end
   end
   local seq = redis.call('INCRBY', enqueue_seq, #order) - #order
   local metas, bodies, members, r, added = {}, {}, {}, readying(), {}

@@ -50,12 +50,12 @@ for _, group in ipairs(names) do
     gfield(group, 'x'), gfield(group, 'p'), gfield(group, 'w'))
   local lo, hi = group_range(group)
   local ready_count = redis.call('ZLEXCOUNT', ready, lo, hi)
-  local total, leased_out, dead_tasks = number_of(state[1]), number_of(state[2]),
+  local waiting, leased_out, dead_tasks = number_of(state[1]), number_of(state[2]),
     number_of(state[3])
   local n = #out
   out[n + 1] = group
   out[n + 2] = ready_count
-  out[n + 3] = math.max(total - ready_count - leased_out - dead_tasks, 0)
+  out[n + 3] = math.max(waiting - ready_count, 0)
   out[n + 4] = leased_out
   out[n + 5] = dead_tasks
   out[n + 6] = state[4] == '1' and 1 or 0

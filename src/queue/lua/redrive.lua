@@ -47,6 +47,7 @@ for n, id in ipairs(ids) do
     meta.attempt = 0
     gone[#gone + 1] = entry
     if flow.on then
+      count_group(meta.group, 'n', 1)
       count_group(meta.group, 'x', -1)
     end
     if flow.on and meta.due <= now then

@@ -8,7 +8,6 @@
 --- @include "flow"
 local function ending()
   local ended_members, ended_entries, gone, windows, ended_groups = {}, {}, {}, {}, {}
-  local gone_groups = {}
   local e = {}
   -- Ends a delivery's lease records (inflight and the Subscribe index), from its
   -- meta's seq, tag (nil or '' for none) and group.
@@ -22,17 +21,17 @@ local function ending()
   function e.unlease(id, meta)
     e.unlease_fields(id, meta.seq, meta.tag, meta.group)
   end
-  -- Removes a finished task of group; its id stays reserved for its dedupe window.
-  function e.forget_fields(id, dedupe_ms, now, group)
+  -- Removes a finished task; its id stays reserved for its dedupe window. (Its group's
+  -- counts moved already: an ended delivery, a cancelled or auto-acked task.)
+  function e.forget_fields(id, dedupe_ms, now)
     gone[#gone + 1] = id
-    gone_groups[group] = (gone_groups[group] or 0) + 1
     if dedupe_ms > 0 then
       windows[#windows + 1] = string.format('%d', now + dedupe_ms)
       windows[#windows + 1] = id
     end
   end
   function e.forget(id, meta, now)
-    e.forget_fields(id, meta.dedupe_ms, now, meta.group)
+    e.forget_fields(id, meta.dedupe_ms, now)
   end
   -- Sends the writes. True when, in flow mode with a cap set, deliveries ended: the
   -- script then tells the queue's dispatchers (a capped task may go now).
@@ -41,12 +40,7 @@ local function ending()
     if flow.on and next(ended_groups) then
       freed = deliveries_ended(ended_groups)
     end
-    if flow.on then
-      for group, count in pairs(gone_groups) do
-        count_group(group, 'n', -count)
-      end
-    end
-    ended_groups, gone_groups = {}, {}
+    ended_groups = {}
     if #ended_members > 0 then
       bulk('ZREM', inflight, ended_members)
     end

@@ -43,26 +43,26 @@ local function gfield(group, field)
   return group .. '\0' .. field
 end
 
--- A group with no task and no config leaves the group index.
+-- A group with no task (waiting, in flight or dead) and no config leaves the group
+-- index.
 local function drop_if_idle(group)
-  local state = redis.call('HMGET', groups, gfield(group, 'n'), gfield(group, 'p'),
-    gfield(group, 'w'))
-  if not (state[1] or state[2] or state[3]) then
+  local state = redis.call('HMGET', groups, gfield(group, 'n'), gfield(group, 'f'),
+    gfield(group, 'x'), gfield(group, 'p'), gfield(group, 'w'))
+  if not (state[1] or state[2] or state[3] or state[4] or state[5]) then
     redis.call('ZREM', group_index, group)
   end
 end
 
--- Counts a group's tasks (field n) or DEAD tasks (x) up or down by delta.
+-- Counts a group's waiting tasks (field n), tasks in flight (f) or DEAD tasks (x) up
+-- or down by delta. A task counts in one of the three: an Ack only ends its delivery.
 local function count_group(group, field, delta)
-  if delta > 0 and field == 'n' then
+  if delta > 0 then
     redis.call('ZADD', group_index, 0, group)
   end
   local left = redis.call('HINCRBY', groups, gfield(group, field), delta)
   if left <= 0 then
     redis.call('HDEL', groups, gfield(group, field))
-    if field == 'n' then
-      drop_if_idle(group)
-    end
+    drop_if_idle(group)
   end
 end
 
@@ -76,8 +76,7 @@ local function enter_flow()
   flow.cfg.flow, flow.on = '1', true
   local waiting, leased_out, dead_tasks = redis.call('ZCARD', pending),
     redis.call('ZCARD', inflight), redis.call('ZCARD', dead)
-  for field, count in pairs({n = waiting + leased_out + dead_tasks, f = leased_out,
-      x = dead_tasks}) do
+  for field, count in pairs({n = waiting, f = leased_out, x = dead_tasks}) do
     if count > 0 then
       redis.call('HSET', groups, gfield('', field), count)
     end
@@ -281,9 +280,7 @@ local function unplace(id, meta)
   redis.call('ZREM', pending, entry)
   redis.call('ZREM', dead, entry)
   if flow.on then
-    if meta.state == DEAD then
-      count_group(meta.group, 'x', -1)
-    end
+    count_group(meta.group, meta.state == DEAD and 'x' or 'n', -1)
     redis.call('ZREM', ranked, entry)
     redis.call('ZREM', ready,
       ready_entry(meta.group, meta.priority, meta.due, meta.seq, id))
@@ -303,10 +300,7 @@ local function deliveries_ended(ended)
   local capped = false
   local group_cap = number_of(flow.cfg.group_max_in_flight) > 0
   for group, count in pairs(ended) do
-    local field = gfield(group, 'f')
-    if redis.call('HINCRBY', groups, field, -count) <= 0 then
-      redis.call('HDEL', groups, field)
-    end
+    count_group(group, 'f', -count)
     if group_cap then
       consider(group)
     end
@@ -354,7 +348,7 @@ local function pick(n, budget, now, auto_ack)
     local alone = #heads == 1 and redis.call('ZCARD', rotation) == 1
     local fields = {}
     for _, group in ipairs(heads) do
-      for _, field in ipairs({'w', 'c', 'f', 'h', 't'}) do
+      for _, field in ipairs({'w', 'c', 'f', 'h', 't', 'n'}) do
         fields[#fields + 1] = gfield(group, field)
       end
     end
@@ -367,7 +361,7 @@ local function pick(n, budget, now, auto_ack)
       if planned >= n - #ids then
         break
       end
-      local at = (k - 1) * 5
+      local at = (k - 1) * 6
       local weight, credit, in_flight = number_of(states[at + 1]), number_of(states[at + 2]),
         number_of(states[at + 3])
       local head = states[at + 4]
@@ -400,19 +394,27 @@ local function pick(n, budget, now, auto_ack)
       end
       planned = planned + math.max(want, 0)
       plans[k] = {weight = weight, credit = credit, in_flight = in_flight, head = head,
-        tat = tonumber(states[at + 5]), want = want, entries = entries, waits = waits,
-        first = first}
+        tat = tonumber(states[at + 5]), waiting = number_of(states[at + 6]), want = want,
+        entries = entries, waits = waits, first = first}
     end
     local metas = hmget(tasks, candidates)
     -- This run's writes: entries taken out, group fields, groups out of the rotation,
     -- groups to its back (in visiting order), wake-ups.
     local taken, gone, writes, drops, outs, backs, wakes = {}, {}, {}, {}, {}, {}, {}
+    -- Groups an auto_ack run left with no task at all.
+    local emptied = {}
     for k, group in ipairs(heads) do
       local plan = plans[k]
       if #ids >= n or stop or not plan then
         break
       end
       local weight, credit, in_flight, head = plan.weight, plan.credit, plan.in_flight, plan.head
+      -- A turn's count is stored only while a group stays first with turns left.
+      local function drop_credit()
+        if plan.credit > 0 then
+          drops[#drops + 1] = gfield(group, 'c')
+        end
+      end
       local group_tat, want, entries, waits = plan.tat, plan.want, plan.entries, plan.waits
       local delivered, looked, group_wait = 0, 0, 0
       if #entries > 0 and want > 0 then
@@ -459,6 +461,16 @@ local function pick(n, budget, now, auto_ack)
           writes[#writes + 1] = gfield(group, 'f')
           writes[#writes + 1] = in_flight
         end
+        local waiting = plan.waiting - delivered
+        if waiting > 0 then
+          writes[#writes + 1] = gfield(group, 'n')
+          writes[#writes + 1] = waiting
+        else
+          drops[#drops + 1] = gfield(group, 'n')
+          if auto_ack then
+            emptied[#emptied + 1] = group
+          end
+        end
         if group_limit then
           writes[#writes + 1] = gfield(group, 't')
           writes[#writes + 1] = tat_text(group_tat)
@@ -479,21 +491,21 @@ local function pick(n, budget, now, auto_ack)
         end
         if waits or not more then
           outs[#outs + 1] = group
-          drops[#drops + 1] = gfield(group, 'c')
+          drop_credit()
         elseif group_cap > 0 and in_flight >= group_cap then
           outs[#outs + 1] = group
-          drops[#drops + 1] = gfield(group, 'c')
+          drop_credit()
           wakes[#wakes + 1] = CAPPED
           wakes[#wakes + 1] = group
           held[#held + 1] = 'group_max_in_flight'
         elseif group_wait > 0 then
           held[#held + 1] = 'group_rate_limit'
           outs[#outs + 1] = group
-          drops[#drops + 1] = gfield(group, 'c')
+          drop_credit()
           wakes[#wakes + 1] = string.format('%d', math.ceil(now + group_wait))
           wakes[#wakes + 1] = group
         elseif credit >= weight or delivered == 0 then
-          drops[#drops + 1] = gfield(group, 'c')
+          drop_credit()
           backs[#backs + 1] = group
         elseif delivered > 0 then
           writes[#writes + 1] = gfield(group, 'c')
@@ -516,6 +528,9 @@ local function pick(n, budget, now, auto_ack)
     end
     if #wakes > 0 then
       bulk('ZADD', wakeups, wakes)
+    end
+    for _, group in ipairs(emptied) do
+      drop_if_idle(group)
     end
     if #backs > 0 then
       local turn = redis.call('HINCRBY', config, 'turn', #backs) - #backs

@@ -23,8 +23,11 @@ local function give_back(id, meta, due)
   else
     meta.state = PENDING
     meta.due = due
-    if flow.on and number_of(flow.cfg.group_max_in_flight) == 1 then
-      redis.call('HSET', groups, gfield(meta.group, 'h'), id)
+    if flow.on then
+      count_group(meta.group, 'n', 1)
+      if number_of(flow.cfg.group_max_in_flight) == 1 then
+        redis.call('HSET', groups, gfield(meta.group, 'h'), id)
+      end
     end
     store(id, meta)
     wait_again(id, meta)

@@ -23,7 +23,7 @@
 --   groups       hash    "<group>\0<field>" -> a group's state: w weight, p paused,
 --                        f in flight, c deliveries in its current turn, h the task it
 --                        must deliver next (one at a time), t its rate limiter, n its
---                        tasks (any state), x its DEAD tasks
+--                        waiting tasks (READY or DELAYED), x its DEAD tasks
 --   wakeups      zset    blocked groups -> when a rate limit lets them go again
 --                        (CAPPED: waiting for a delivery of theirs to end)
 --   group_index  zset    the groups that hold a task or a config, all score 0 (by name)
