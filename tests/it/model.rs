@@ -3,9 +3,10 @@
 //! real server and, side by side, against a small in-memory model of the contract
 //! ("turnstile.v1.QueueService"). Every reply must be one the model allows, and after
 //! every step `Stats` and the listing of every state (in delivery order) must agree.
-//! Every other run gives its tasks groups and priorities, so the model also checks
-//! flow control's delivery order: groups taking turns in the order they came to have
-//! a READY task, each group's highest priority first.
+//! Every other run gives its tasks groups and priorities, and pauses, resumes and caps
+//! the queue (`ConfigureQueue`), so the model also checks flow control: groups taking
+//! turns in the order they came to have a READY task, each group's highest priority
+//! first, nothing delivered while paused, never more in flight than the cap.
 //! `MODEL_SEED=<n> cargo test --test it model::` replays a run.
 //!
 //! Time is Redis' clock, which no test can stop: each call is bracketed by two reads of
@@ -23,8 +24,8 @@ use common::{seed_from, Rng, TestRedis, TestResult, TestServer};
 use tonic::transport::Channel;
 use turnstile::pb::{
     queue_service_client::QueueServiceClient, task_spec::Schedule, AckRequest, CancelRequest,
-    DuplicatePolicy, EnqueueRequest, ExtendLeaseRequest, LeaseRequest, NackRequest, PeekRequest,
-    RedriveRequest, StatsRequest, Task, TaskSpec, TaskState,
+    ConfigureQueueRequest, DuplicatePolicy, EnqueueRequest, ExtendLeaseRequest, LeaseRequest,
+    NackRequest, PeekRequest, RedriveRequest, StatsRequest, Task, TaskSpec, TaskState,
 };
 
 /// Steps per run, and runs (seeds) per test.
@@ -126,6 +127,8 @@ enum Reply {
     Cancelled(Vec<String>),
     Redriven(u64),
     Stats([u64; 4], Option<Span>, Option<Span>),
+    /// The config as stored: paused, max_in_flight.
+    Configured(bool, u32),
 }
 
 /// The queue as the contract describes it.
@@ -141,6 +144,9 @@ struct Model {
     /// have a READY task (placed or promoted) while not in it, and leaves when its turn
     /// finds nothing READY.
     rotation: Vec<String>,
+    paused: bool,
+    /// At most this many in flight (0: no cap).
+    max_in_flight: u32,
 }
 
 #[derive(Clone, Debug)]
@@ -162,6 +168,10 @@ enum Op {
         max_tasks: u32,
         visibility: i64,
         auto_ack: bool,
+    },
+    Configure {
+        paused: Option<bool>,
+        max_in_flight: Option<u32>,
     },
     Ack(Vec<String>),
     Nack {
@@ -226,6 +236,16 @@ impl Model {
             .any(|t| t.group == group && t.st == St::Pending && t.promoted);
         if self.flow && ready && !self.rotation.iter().any(|g| g == group) {
             self.rotation.push(group.to_owned());
+        }
+    }
+
+    /// Turns flow mode on: every waiting task is yet to be promoted.
+    fn enter_flow(&mut self) {
+        if !self.flow {
+            self.flow = true;
+            for task in self.tasks.values_mut() {
+                task.promoted = false;
+            }
         }
     }
 
@@ -382,12 +402,8 @@ impl Model {
         }
         match op {
             Op::Enqueue(specs) => {
-                if !self.flow && specs.iter().any(|s| !s.group.is_empty() || s.priority != 0) {
-                    // Flow mode from now on: every waiting task is yet to be promoted.
-                    self.flow = true;
-                    for task in self.tasks.values_mut() {
-                        task.promoted = false;
-                    }
+                if specs.iter().any(|s| !s.group.is_empty() || s.priority != 0) {
+                    self.enter_flow();
                 }
                 let mut out = Vec::new();
                 // The tasks stored, in the order the batch placed them (a second spec
@@ -453,7 +469,18 @@ impl Model {
             } => {
                 let mut rows = Vec::new();
                 self.promote(t);
-                let ready = self.deliverable((*max_tasks).max(1) as usize, t);
+                let mut n = (*max_tasks).max(1) as usize;
+                if self.paused {
+                    n = 0;
+                } else if self.max_in_flight > 0 && !*auto_ack {
+                    let in_flight = self
+                        .tasks
+                        .values()
+                        .filter(|task| task.st == St::InFlight)
+                        .count();
+                    n = n.min((self.max_in_flight as usize).saturating_sub(in_flight));
+                }
+                let ready = self.deliverable(n, t);
                 for id in ready {
                     let task = self.tasks.get_mut(&id).unwrap();
                     task.attempt += 1;
@@ -564,6 +591,19 @@ impl Model {
                         .collect(),
                 )
             }
+            Op::Configure {
+                paused,
+                max_in_flight,
+            } => {
+                self.enter_flow();
+                if let Some(paused) = paused {
+                    self.paused = *paused;
+                }
+                if let Some(cap) = max_in_flight {
+                    self.max_in_flight = *cap;
+                }
+                Reply::Configured(self.paused, self.max_in_flight)
+            }
             Op::Stats => {
                 let mut counts = [0u64; 4];
                 let (mut oldest, mut next): (Option<Span>, Option<Span>) = (None, None);
@@ -598,6 +638,7 @@ enum Actual {
     Cancelled(Vec<String>),
     Redriven(u64),
     Stats([u64; 4], Option<i64>, Option<i64>),
+    Configured(bool, u32),
 }
 
 fn ms_of(ts: &Option<prost_types::Timestamp>) -> Option<i64> {
@@ -652,6 +693,7 @@ fn matches(expected: &Reply, actual: &Actual) -> bool {
         (Reply::Stats(c, o, n), Actual::Stats(ac, ao, an)) => {
             c == ac && span_holds(*o, *ao) && span_holds(*n, *an)
         }
+        (Reply::Configured(p, m), Actual::Configured(ap, am)) => p == ap && m == am,
         _ => false,
     }
 }
@@ -803,6 +845,21 @@ impl Run {
                 })
                 .await
                 .map(|r| Actual::Tasks(r.into_inner().tasks)),
+            Op::Configure {
+                paused,
+                max_in_flight,
+            } => queues
+                .configure_queue(ConfigureQueueRequest {
+                    queue: q(),
+                    paused,
+                    max_in_flight,
+                    ..Default::default()
+                })
+                .await
+                .map(|r| {
+                    let config = r.into_inner().config.unwrap_or_default();
+                    Actual::Configured(config.paused, config.max_in_flight)
+                }),
             Op::Stats => queues.stats(StatsRequest { queue: q() }).await.map(|r| {
                 let r = r.into_inner();
                 Actual::Stats(
@@ -975,6 +1032,11 @@ fn pick(
             limit: rng.below(4) as u32,
         },
         90..=93 => Op::Stats,
+        94..=95 if grouped => Op::Configure {
+            // Paused about a third of the time; capped at 1 or 2, or not.
+            paused: (rng.below(2) == 0).then(|| rng.below(3) == 0),
+            max_in_flight: (rng.below(2) == 0).then(|| [0, 1, 2][rng.below(3) as usize]),
+        },
         _ => return None,
     })
 }
