@@ -33,7 +33,7 @@ const STEPS: usize = 250;
 const RUNS: u64 = 4;
 /// The ids a run draws from: few, so that duplicates, replaces and stale receipts
 /// are common.
-const IDS: u64 = 6;
+const IDS: u64 = 8;
 /// "Soon": due times and leases that pass during a run (ms from now).
 const SOON: (u64, u64) = (300, 1500);
 /// Far away: never passes during a run.
@@ -128,7 +128,7 @@ enum Reply {
     Redriven(u64),
     Stats([u64; 4], Option<Span>, Option<Span>),
     /// The config as stored: paused, max_in_flight.
-    Configured(bool, u32),
+    Configured(bool, u32, u32),
 }
 
 /// The queue as the contract describes it.
@@ -147,6 +147,16 @@ struct Model {
     paused: bool,
     /// At most this many in flight (0: no cap).
     max_in_flight: u32,
+    /// At most this many of one group in flight (0: no cap).
+    group_cap: u32,
+    /// Groups that must deliver this task next (given back under a group cap of 1).
+    pins: BTreeMap<String, String>,
+    /// Groups out of the rotation because of their cap, by name (the server's wake-up
+    /// set, which a change of the cap goes through in this order).
+    capped: BTreeSet<String>,
+    /// Deliveries that ended in this script run but are still counted in flight until
+    /// its end (returned leases), by group.
+    lag: BTreeMap<String, usize>,
 }
 
 #[derive(Clone, Debug)]
@@ -172,6 +182,7 @@ enum Op {
     Configure {
         paused: Option<bool>,
         max_in_flight: Option<u32>,
+        group_max_in_flight: Option<u32>,
     },
     Ack(Vec<String>),
     Nack {
@@ -203,18 +214,55 @@ impl Model {
             .map(|(id, task)| (task.lease_end, task.seq, id.clone()))
             .collect();
         ended.sort();
+        // Each goes back as the run meets it; its group's in-flight count drops once
+        // the run ends, when the groups are considered again (under a group cap).
+        let mut order: Vec<String> = Vec::new();
         for (_, _, id) in ended {
             let task = self.tasks.get_mut(&id).unwrap();
             task.receipt.clear();
             task.lease_end = 0;
+            let group = task.group.clone();
+            *self.lag.entry(group.clone()).or_default() += 1;
+            if !order.contains(&group) {
+                order.push(group.clone());
+            }
             if task.attempt >= task.max_attempts {
                 task.st = St::Dead;
             } else {
                 task.st = St::Pending;
+                if self.flow && self.group_cap == 1 {
+                    self.pins.insert(group, id.clone());
+                }
                 self.place(&id, now);
             }
         }
+        self.lag.clear();
+        self.deliveries_ended(&order);
         self.reserved.retain(|_, until| *until > now);
+    }
+
+    /// Deliveries of these groups ended: under a group cap they may go again.
+    fn deliveries_ended(&mut self, groups: &[String]) {
+        if self.flow && self.group_cap > 0 {
+            for group in groups {
+                self.join(group);
+            }
+        }
+    }
+
+    /// A group's tasks in flight, as the server counts them now.
+    fn in_flight_of(&self, group: &str) -> usize {
+        self.tasks
+            .values()
+            .filter(|t| t.group == group && t.st == St::InFlight)
+            .count()
+            + self.lag.get(group).copied().unwrap_or(0)
+    }
+
+    fn has_ready(&self, group: &str) -> bool {
+        self.tasks
+            .values()
+            .any(|t| t.group == group && t.st == St::Pending && t.promoted)
     }
 
     /// Flow mode: a task that waits again (placed, given back, redriven) is in its
@@ -228,15 +276,29 @@ impl Model {
         }
     }
 
-    /// A group with a READY task joins the back of the rotation, unless it is in it.
+    /// A group that can deliver joins the back of the rotation, unless it is in it:
+    /// it has a READY task (the one it must deliver next, if pinned) and is under its
+    /// cap (else it waits among the capped).
     fn join(&mut self, group: &str) {
-        let ready = self
-            .tasks
-            .values()
-            .any(|t| t.group == group && t.st == St::Pending && t.promoted);
-        if self.flow && ready && !self.rotation.iter().any(|g| g == group) {
-            self.rotation.push(group.to_owned());
+        if !self.flow || self.rotation.iter().any(|g| g == group) {
+            return;
         }
+        let ready = match self.pins.get(group) {
+            Some(pin) => self
+                .tasks
+                .get(pin)
+                .is_some_and(|t| t.st == St::Pending && t.promoted),
+            None => self.has_ready(group),
+        };
+        if !ready {
+            return;
+        }
+        if self.group_cap > 0 && self.in_flight_of(group) >= self.group_cap as usize {
+            self.capped.insert(group.to_owned());
+            return;
+        }
+        self.capped.remove(group);
+        self.rotation.push(group.to_owned());
     }
 
     /// Turns flow mode on: every waiting task is yet to be promoted.
@@ -282,7 +344,7 @@ impl Model {
 
     /// The ids to deliver now, at most `n`: in flow mode groups in turn, one each per
     /// turn (a group alone gives all it has); else the READY listing.
-    fn deliverable(&mut self, n: usize, now: i64) -> Vec<String> {
+    fn deliverable(&mut self, n: usize, now: i64, auto_ack: bool) -> Vec<String> {
         if !self.flow {
             return self
                 .listing(TaskState::Ready, now)
@@ -290,20 +352,59 @@ impl Model {
                 .take(n)
                 .collect();
         }
-        let mut out = Vec::new();
+        let mut out: Vec<String> = Vec::new();
+        // What this call took from each group counts in flight (auto_ack's does not).
+        let mut taken: BTreeMap<String, usize> = BTreeMap::new();
         while out.len() < n {
             let Some(group) = self.rotation.first().cloned() else {
                 break;
             };
-            let Some(id) = self.next_of(&group) else {
-                self.rotation.remove(0);
-                continue;
+            let in_flight = |model: &Self, taken: &BTreeMap<String, usize>| {
+                model.in_flight_of(&group) + taken.get(&group).copied().unwrap_or(0)
             };
-            // Taken out of its group's order now (delivered by the caller).
-            self.tasks.get_mut(&id).unwrap().promoted = false;
-            out.push(id);
+            let mut want = if self.rotation.len() == 1 {
+                (n - out.len()) as i64
+            } else {
+                1
+            };
+            if self.group_cap > 0 {
+                want = want.min(self.group_cap as i64 - in_flight(self, &taken) as i64);
+            }
+            let pin = self.pins.get(&group).cloned();
+            let waits = pin.as_ref().is_some_and(|pin| {
+                !self
+                    .tasks
+                    .get(pin)
+                    .is_some_and(|t| t.st == St::Pending && t.promoted)
+            });
+            if !waits && want > 0 {
+                let mut take = |model: &mut Self, id: String| {
+                    // Taken out of its group's order now (delivered by the caller).
+                    model.tasks.get_mut(&id).unwrap().promoted = false;
+                    if !auto_ack {
+                        *taken.entry(group.clone()).or_default() += 1;
+                    }
+                    out.push(id);
+                };
+                if let Some(pin) = pin {
+                    self.pins.remove(&group);
+                    take(self, pin);
+                } else {
+                    for _ in 0..want {
+                        match self.next_of(&group) {
+                            Some(id) => take(self, id),
+                            None => break,
+                        }
+                    }
+                }
+            }
             self.rotation.remove(0);
-            if self.next_of(&group).is_some() {
+            if waits || !self.has_ready(&group) {
+                continue;
+            }
+            if self.group_cap > 0 && in_flight(self, &taken) >= self.group_cap as usize {
+                self.capped.insert(group);
+            } else {
                 self.rotation.push(group);
             }
         }
@@ -322,6 +423,14 @@ impl Model {
         }
         at.extend(self.reserved.values().filter(|t| **t > from && **t <= to));
         at
+    }
+
+    /// A task that leaves its group while pinned there lets the group go on.
+    fn unpin(&mut self, group: &str, id: &str) {
+        if self.pins.get(group).is_some_and(|pin| pin == id) {
+            self.pins.remove(group);
+            self.join(group);
+        }
     }
 
     fn remove(&mut self, id: &str, now: i64) {
@@ -409,6 +518,8 @@ impl Model {
                 // The tasks stored, in the order the batch placed them (a second spec
                 // of one id places it again, later).
                 let mut placed: Vec<String> = Vec::new();
+                // Replaced tasks that were pinned in their groups.
+                let mut unpinned: Vec<(String, String)> = Vec::new();
                 for spec in specs {
                     if self.reserved.contains_key(&spec.id) {
                         out.push((false, false, None));
@@ -423,6 +534,11 @@ impl Model {
                     }
                     let enqueued = old.map_or(now, |old| old.enqueued);
                     let created = old.is_none();
+                    if let Some(old) = old {
+                        if !placed.contains(&spec.id) {
+                            unpinned.push((old.group.clone(), spec.id.clone()));
+                        }
+                    }
                     self.seq += 1;
                     self.tasks.insert(
                         spec.id.clone(),
@@ -449,6 +565,9 @@ impl Model {
                     placed.retain(|id| *id != spec.id);
                     placed.push(spec.id.clone());
                     out.push((created, !created, Some(Span::at(spec.due))));
+                }
+                for (group, id) in &unpinned {
+                    self.unpin(group, id);
                 }
                 for id in &placed {
                     let task = self.tasks.get_mut(id).unwrap();
@@ -480,7 +599,7 @@ impl Model {
                         .count();
                     n = n.min((self.max_in_flight as usize).saturating_sub(in_flight));
                 }
-                let ready = self.deliverable(n, t);
+                let ready = self.deliverable(n, t, *auto_ack);
                 for id in ready {
                     let task = self.tasks.get_mut(&id).unwrap();
                     task.attempt += 1;
@@ -499,15 +618,21 @@ impl Model {
             }
             Op::Ack(receipts) => {
                 let mut out = Vec::new();
+                let mut groups: Vec<String> = Vec::new();
                 for receipt in receipts {
                     match self.live(receipt, t) {
                         Some(id) => {
+                            let group = self.tasks[&id].group.clone();
+                            if !groups.contains(&group) {
+                                groups.push(group);
+                            }
                             self.remove(&id, t);
                             out.push(true);
                         }
                         None => out.push(false),
                     }
                 }
+                self.deliveries_ended(&groups);
                 Reply::Acked(out)
             }
             Op::Nack { receipt, delay } => match self.live(receipt, t) {
@@ -516,12 +641,20 @@ impl Model {
                     let task = self.tasks.get_mut(&id).unwrap();
                     task.receipt.clear();
                     task.lease_end = 0;
+                    let group = task.group.clone();
+                    // The delivery ends first (neither in flight nor READY meanwhile),
+                    // then the task goes back.
+                    task.st = St::Dead;
+                    self.deliveries_ended(std::slice::from_ref(&group));
+                    let task = self.tasks.get_mut(&id).unwrap();
                     if task.attempt >= task.max_attempts {
-                        task.st = St::Dead;
                         Reply::Nacked(false, true)
                     } else {
                         task.st = St::Pending;
                         task.due = now.shift(*delay);
+                        if self.flow && self.group_cap == 1 {
+                            self.pins.insert(group, id.clone());
+                        }
                         self.place(&id, t);
                         Reply::Nacked(true, false)
                     }
@@ -543,7 +676,9 @@ impl Model {
                         .get(id)
                         .is_some_and(|task| task.st != St::InFlight)
                     {
+                        let group = self.tasks[id].group.clone();
                         self.remove(id, t);
+                        self.unpin(&group, id);
                         out.push(id.clone());
                     }
                 }
@@ -594,6 +729,7 @@ impl Model {
             Op::Configure {
                 paused,
                 max_in_flight,
+                group_max_in_flight,
             } => {
                 self.enter_flow();
                 if let Some(paused) = paused {
@@ -602,7 +738,14 @@ impl Model {
                 if let Some(cap) = max_in_flight {
                     self.max_in_flight = *cap;
                 }
-                Reply::Configured(self.paused, self.max_in_flight)
+                if let Some(cap) = group_max_in_flight {
+                    self.group_cap = *cap;
+                    // The groups waiting on the old cap are considered again.
+                    for group in std::mem::take(&mut self.capped) {
+                        self.join(&group);
+                    }
+                }
+                Reply::Configured(self.paused, self.max_in_flight, self.group_cap)
             }
             Op::Stats => {
                 let mut counts = [0u64; 4];
@@ -638,7 +781,7 @@ enum Actual {
     Cancelled(Vec<String>),
     Redriven(u64),
     Stats([u64; 4], Option<i64>, Option<i64>),
-    Configured(bool, u32),
+    Configured(bool, u32, u32),
 }
 
 fn ms_of(ts: &Option<prost_types::Timestamp>) -> Option<i64> {
@@ -693,7 +836,9 @@ fn matches(expected: &Reply, actual: &Actual) -> bool {
         (Reply::Stats(c, o, n), Actual::Stats(ac, ao, an)) => {
             c == ac && span_holds(*o, *ao) && span_holds(*n, *an)
         }
-        (Reply::Configured(p, m), Actual::Configured(ap, am)) => p == ap && m == am,
+        (Reply::Configured(p, m, g), Actual::Configured(ap, am, ag)) => {
+            p == ap && m == am && g == ag
+        }
         _ => false,
     }
 }
@@ -848,17 +993,23 @@ impl Run {
             Op::Configure {
                 paused,
                 max_in_flight,
+                group_max_in_flight,
             } => queues
                 .configure_queue(ConfigureQueueRequest {
                     queue: q(),
                     paused,
                     max_in_flight,
+                    group_max_in_flight,
                     ..Default::default()
                 })
                 .await
                 .map(|r| {
                     let config = r.into_inner().config.unwrap_or_default();
-                    Actual::Configured(config.paused, config.max_in_flight)
+                    Actual::Configured(
+                        config.paused,
+                        config.max_in_flight,
+                        config.group_max_in_flight,
+                    )
                 }),
             Op::Stats => queues.stats(StatsRequest { queue: q() }).await.map(|r| {
                 let r = r.into_inner();
@@ -1035,7 +1186,8 @@ fn pick(
         94..=95 if grouped => Op::Configure {
             // Paused about a third of the time; capped at 1 or 2, or not.
             paused: (rng.below(2) == 0).then(|| rng.below(3) == 0),
-            max_in_flight: (rng.below(2) == 0).then(|| [0, 1, 2][rng.below(3) as usize]),
+            max_in_flight: (rng.below(3) == 0).then(|| [0, 1, 2][rng.below(3) as usize]),
+            group_max_in_flight: (rng.below(3) == 0).then(|| [0, 1, 1, 2][rng.below(4) as usize]),
         },
         _ => return None,
     })
@@ -1057,6 +1209,16 @@ async fn run_model(server: &TestServer, redis: &TestRedis, seed: u64) {
     let mut rng = Rng(seed);
     let start = run.redis_now().await;
     let mut time_passed = false;
+    // One grouped run in two starts with each group one task at a time (a group cap
+    // of 1: deliveries given back are pinned), the other without caps.
+    if seed % 4 == 1 {
+        run.step(Op::Configure {
+            paused: None,
+            max_in_flight: None,
+            group_max_in_flight: Some(1),
+        })
+        .await;
+    }
     for _ in 0..STEPS {
         let now = run.redis_now().await;
         // Most steps are followed by a full look; the passing of time is not, so that

@@ -8,6 +8,9 @@
 --- @include "flow"
 local function ending()
   local ended_members, ended_entries, gone, windows, ended_groups = {}, {}, {}, {}, {}
+  -- The groups of ended deliveries in the order they first ended (so that groups
+  -- rejoin the rotation in a fixed order).
+  local group_order = {}
   local e = {}
   -- Ends a delivery's lease records (inflight and the Subscribe index), from its
   -- meta's seq, tag (nil or '' for none) and group.
@@ -15,6 +18,9 @@ local function ending()
     ended_members[#ended_members + 1] = member(seq, id)
     if tag and tag ~= '' then
       ended_entries[#ended_entries + 1] = leased_entry(tag, id)
+    end
+    if not ended_groups[group] then
+      group_order[#group_order + 1] = group
     end
     ended_groups[group] = (ended_groups[group] or 0) + 1
   end
@@ -37,10 +43,10 @@ local function ending()
   -- script then tells the queue's dispatchers (a capped task may go now).
   function e.flush()
     local freed = false
-    if flow.on and next(ended_groups) then
-      freed = deliveries_ended(ended_groups)
+    if flow.on and #group_order > 0 then
+      freed = deliveries_ended(ended_groups, group_order)
     end
-    ended_groups = {}
+    ended_groups, group_order = {}, {}
     if #ended_members > 0 then
       bulk('ZREM', inflight, ended_members)
     end

@@ -292,15 +292,15 @@ local function unplace(id, meta)
   end
 end
 
--- Flow mode: records ended deliveries of groups (group -> count): their in-flight
--- counts drop, and with a group cap the groups are considered again (without one, a
--- delivery's end changes no group's place). True when a cap was set, so that the
--- script tells the queue's dispatchers a slot is free.
-local function deliveries_ended(ended)
+-- Flow mode: records ended deliveries of groups (group -> count, and the groups in
+-- order): their in-flight counts drop, and with a group cap the groups are considered
+-- again in that order (without one, a delivery's end changes no group's place). True
+-- when a cap was set, so that the script tells the queue's dispatchers a slot is free.
+local function deliveries_ended(ended, order)
   local capped = false
   local group_cap = number_of(flow.cfg.group_max_in_flight) > 0
-  for group, count in pairs(ended) do
-    count_group(group, 'f', -count)
+  for _, group in ipairs(order) do
+    count_group(group, 'f', -ended[group])
     if group_cap then
       consider(group)
     end
