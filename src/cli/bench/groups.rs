@@ -20,6 +20,7 @@ use tonic::transport::Channel;
 
 use super::{
     failed,
+    idle::hold_stream,
     queues::{age, collect, stamp, subscribers, SUBSCRIBERS},
     redis_cost::Usage,
     report::{Extra, Report},
@@ -328,26 +329,8 @@ async fn paused_cost(target: &Target, channels: &[Channel]) -> Result<Option<f64
     let stop = CancellationToken::new();
     let mut streams = JoinSet::new();
     for i in 0..PAUSED_STREAMS {
-        let mut queues = QueueServiceClient::new(channels[i % channels.len()].clone());
-        let mut stream = queues
-            .subscribe(SubscribeRequest {
-                queue: queue.clone(),
-                max_in_flight: 4,
-                visibility: None,
-                worker_id: String::new(),
-            })
-            .await
-            .map_err(failed)?
-            .into_inner();
-        let stop = stop.clone();
-        streams.spawn(async move {
-            loop {
-                tokio::select! {
-                    event = stream.next() => if !matches!(event, Some(Ok(_))) { break },
-                    () = stop.cancelled() => break,
-                }
-            }
-        });
+        let channel = channels[i % channels.len()].clone();
+        hold_stream(channel, queue.clone(), 4, &stop, &mut streams).await?;
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
     let url = target.redis_url.clone();

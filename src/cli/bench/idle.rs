@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::{task::JoinSet, time::Instant};
 use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
 
 use super::{
     failed,
@@ -42,6 +43,36 @@ fn memory_mb(pid: u32, field: &str) -> Option<f64> {
     Some(kb / 1024.0)
 }
 
+/// Opens a Subscribe stream on `queue` and keeps reading it, in `tasks`, until `stop`.
+pub(super) async fn hold_stream(
+    channel: Channel,
+    queue: String,
+    max_in_flight: u32,
+    stop: &CancellationToken,
+    tasks: &mut JoinSet<()>,
+) -> Result<(), String> {
+    let mut stream = QueueServiceClient::new(channel)
+        .subscribe(SubscribeRequest {
+            queue,
+            max_in_flight,
+            visibility: None,
+            worker_id: String::new(),
+        })
+        .await
+        .map_err(failed)?
+        .into_inner();
+    let stop = stop.clone();
+    tasks.spawn(async move {
+        loop {
+            tokio::select! {
+                event = stream.next() => if !matches!(event, Some(Ok(_))) { break },
+                () = stop.cancelled() => break,
+            }
+        }
+    });
+    Ok(())
+}
+
 pub async fn idle(target: &Target) -> Result<Report, String> {
     // HTTP/2 servers cap concurrent streams per connection (often 200): 100 each.
     let channels = target
@@ -69,26 +100,9 @@ pub async fn idle(target: &Target) -> Result<Report, String> {
     let rss_base = rss_now();
     let mut tasks = JoinSet::new();
     for i in 0..STREAMS {
-        let mut queues = QueueServiceClient::new(channels[i % channels.len()].clone());
-        let mut stream = queues
-            .subscribe(SubscribeRequest {
-                queue: format!("bench:idle:{}", i % 10),
-                max_in_flight: 1,
-                visibility: None,
-                worker_id: String::new(),
-            })
-            .await
-            .map_err(failed)?
-            .into_inner();
-        let stop = stop.clone();
-        tasks.spawn(async move {
-            loop {
-                tokio::select! {
-                    event = stream.next() => if !matches!(event, Some(Ok(_))) { break },
-                    () = stop.cancelled() => break,
-                }
-            }
-        });
+        let channel = channels[i % channels.len()].clone();
+        let queue = format!("bench:idle:{}", i % 10);
+        hold_stream(channel, queue, 1, &stop, &mut tasks).await?;
     }
     settle().await;
     let rss_streams = rss_now();

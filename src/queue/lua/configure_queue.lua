@@ -32,14 +32,7 @@ end
 if group_limits_changed then
   -- Groups waiting for a delivery to end under the old cap may go now (a rate limit's
   -- new value applies to a waiting group at its wake-up). Bounded like every run.
-  local capped = redis.call('ZRANGEBYSCORE', wakeups, CAPPED, CAPPED, 'LIMIT', 0,
-    PROMOTE_PER_RUN)
-  if #capped > 0 then
-    bulk('ZREM', wakeups, capped)
-    for _, group in ipairs(capped) do
-      consider(group)
-    end
-  end
+  wake(CAPPED, CAPPED)
 end
 redis.call('PUBLISH', changed_channel, changed_message)
 local cfg = flow.cfg

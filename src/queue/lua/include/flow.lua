@@ -198,15 +198,20 @@ local function consider(group)
 end
 
 -- The groups whose wake-up time came (at most PROMOTE_PER_RUN), considered again.
-local function wake_groups(now)
-  local woken = redis.call('ZRANGEBYSCORE', wakeups, '-inf', now, 'LIMIT', 0,
-    PROMOTE_PER_RUN)
+-- The groups waiting in wakeups with a score in from..to (at most PROMOTE_PER_RUN),
+-- considered again.
+local function wake(from, to)
+  local woken = redis.call('ZRANGEBYSCORE', wakeups, from, to, 'LIMIT', 0, PROMOTE_PER_RUN)
   if #woken > 0 then
     bulk('ZREM', wakeups, woken)
     for _, group in ipairs(woken) do
       consider(group)
     end
   end
+end
+
+local function wake_groups(now)
+  wake('-inf', now)
 end
 
 -- Collects READY tasks to be placed in `ready` and `ranked`; place() sends them and
