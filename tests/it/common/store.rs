@@ -192,6 +192,24 @@ impl TestStore {
         }
     }
 
+    /// Waits (within [`WAIT`]) for a 2 s window in which the servers sent Redis fewer
+    /// than 20 commands: only the test's INFO and the health probe's PINGs (one a
+    /// second). A server that polls never gives such a window. `what` names the
+    /// setting in the failure.
+    pub async fn wait_quiet(&self, what: &str) {
+        super::eventually_explained("a quiet 2 s", WAIT, || async {
+            let before = self.total_commands().await;
+            // The measured window: what is checked is that nothing happens in it.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let spent = self.total_commands().await - before;
+            if spent < 20 {
+                return Ok(());
+            }
+            Err(format!("{spent} commands in 2 s with {what}"))
+        })
+        .await;
+    }
+
     /// Loses every write the servers made, as the worst crash would: `FLUSHALL` on one
     /// Redis, every key under the test's prefix on a cluster (shared with other tests).
     pub async fn lose_every_write(&self) {
