@@ -13,14 +13,19 @@ use std::{
 
 use prost::Message;
 
-const PROTOS: [&str; 3] = [
+const PROTOS: [&str; 4] = [
     "proto/turnstile/v1/common.proto",
     "proto/turnstile/v1/lock.proto",
     "proto/turnstile/v1/queue.proto",
+    "proto/turnstile/v1/schedule.proto",
 ];
 
 /// The areas whose scripts are assembled, and the name of each one's struct.
-const LUA_AREAS: [(&str, &str); 2] = [("lock", "LockScripts"), ("queue", "QueueScripts")];
+const LUA_AREAS: [(&str, &str); 3] = [
+    ("lock", "LockScripts"),
+    ("queue", "QueueScripts"),
+    ("schedule", "ScheduleScripts"),
+];
 
 type Result<T, E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
 

@@ -31,6 +31,8 @@ pub enum Error {
     Unauthenticated(String),
     /// The token is known but lacks the permission the RPC needs.
     PermissionDenied(String),
+    /// The named thing (a schedule) does not exist.
+    NotFound(String),
     /// A bug or an unexpected reply: not the caller's fault.
     Internal(String),
 }
@@ -59,7 +61,9 @@ impl fmt::Display for Error {
             }
             Error::DeadlineExceeded => f.write_str("deadline exceeded while waiting"),
             Error::ResourceExhausted(what) => f.write_str(what),
-            Error::Unauthenticated(why) | Error::PermissionDenied(why) => f.write_str(why),
+            Error::Unauthenticated(why) | Error::PermissionDenied(why) | Error::NotFound(why) => {
+                f.write_str(why)
+            }
             Error::Internal(why) => write!(f, "internal error: {why}"),
         }
     }

@@ -30,6 +30,7 @@ pub mod method;
 pub(crate) mod metrics;
 pub mod queue;
 pub mod redis;
+pub mod schedule;
 pub mod server;
 pub mod shutdown;
 pub(crate) mod tenant;

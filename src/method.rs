@@ -28,16 +28,24 @@ pub enum Method {
     ListQueues,
     ListGroups,
     Subscribe,
+    // ScheduleService
+    PutSchedule,
+    GetSchedule,
+    ListSchedules,
+    DeleteSchedule,
+    TriggerSchedule,
 }
 
 /// The gRPC services the methods belong to.
 pub const LOCK_SERVICE: &str = "turnstile.v1.LockService";
 /// See [`LOCK_SERVICE`].
 pub const QUEUE_SERVICE: &str = "turnstile.v1.QueueService";
+/// See [`LOCK_SERVICE`].
+pub const SCHEDULE_SERVICE: &str = "turnstile.v1.ScheduleService";
 
 impl Method {
     /// Every method, in the order of [`Method::index`].
-    pub const ALL: [Method; 21] = [
+    pub const ALL: [Method; 26] = [
         Method::Acquire,
         Method::Release,
         Method::Extend,
@@ -59,6 +67,11 @@ impl Method {
         Method::ListQueues,
         Method::ListGroups,
         Method::Subscribe,
+        Method::PutSchedule,
+        Method::GetSchedule,
+        Method::ListSchedules,
+        Method::DeleteSchedule,
+        Method::TriggerSchedule,
     ];
 
     /// Its position in [`Method::ALL`], for tables indexed by method.
@@ -90,10 +103,16 @@ impl Method {
             Method::ListQueues => "ListQueues",
             Method::ListGroups => "ListGroups",
             Method::Subscribe => "Subscribe",
+            Method::PutSchedule => "PutSchedule",
+            Method::GetSchedule => "GetSchedule",
+            Method::ListSchedules => "ListSchedules",
+            Method::DeleteSchedule => "DeleteSchedule",
+            Method::TriggerSchedule => "TriggerSchedule",
         }
     }
 
-    /// The service it belongs to ([`LOCK_SERVICE`] or [`QUEUE_SERVICE`]).
+    /// The service it belongs to ([`LOCK_SERVICE`], [`QUEUE_SERVICE`] or
+    /// [`SCHEDULE_SERVICE`]).
     pub fn service(self) -> &'static str {
         match self {
             Method::Acquire
@@ -117,6 +136,11 @@ impl Method {
             | Method::ListQueues
             | Method::ListGroups
             | Method::Subscribe => QUEUE_SERVICE,
+            Method::PutSchedule
+            | Method::GetSchedule
+            | Method::ListSchedules
+            | Method::DeleteSchedule
+            | Method::TriggerSchedule => SCHEDULE_SERVICE,
         }
     }
 
@@ -153,6 +177,11 @@ impl Method {
             (QUEUE_SERVICE, "ListQueues") => Method::ListQueues,
             (QUEUE_SERVICE, "ListGroups") => Method::ListGroups,
             (QUEUE_SERVICE, "Subscribe") => Method::Subscribe,
+            (SCHEDULE_SERVICE, "PutSchedule") => Method::PutSchedule,
+            (SCHEDULE_SERVICE, "GetSchedule") => Method::GetSchedule,
+            (SCHEDULE_SERVICE, "ListSchedules") => Method::ListSchedules,
+            (SCHEDULE_SERVICE, "DeleteSchedule") => Method::DeleteSchedule,
+            (SCHEDULE_SERVICE, "TriggerSchedule") => Method::TriggerSchedule,
             _ => return None,
         })
     }

@@ -3,7 +3,7 @@
 //! NOT_SERVING → cancel → streams release and end → connections close → tracked tasks
 //! finish (bounded) → the embedded Redis stops. `main` and the tests both call it.
 
-use std::future::Future;
+use std::{future::Future, sync::Arc};
 
 use tokio::net::TcpListener;
 use tonic::transport::ServerTlsConfig;
@@ -22,14 +22,16 @@ use crate::{
     limits::Limits,
     lock::LockStore,
     metrics::{self, Metrics},
-    queue::{scheduler::Scheduler, QueueStore},
+    queue::{scheduler::Scheduler, Fire, FireOutcome, NewTask, QueueStore},
     redis::{
         connection_info,
         embedded::{Bind, EmbeddedOptions, EmbeddedRedis},
         events::Events,
-        redact, Keys, Redis,
+        redact, Keys, Redis, TenantScoped,
     },
+    schedule::{self, BoxFuture, FireCall, FireReply, ScheduleStore, TaskTemplate},
     shutdown::Shutdown,
+    tenant::Tenant,
 };
 
 /// Serves on `listener` until `shutdown_signal` completes, then shuts down gracefully.
@@ -178,15 +180,21 @@ async fn serve(
         shutdown.clone(),
         config.reattach_grace,
     );
+    let schedules = ScheduleStore::new(redis.clone(), Arc::new(ScheduleQueues(queues.clone())));
+    if let Err(err) = redis.load_scripts(&schedules.scripts().all()).await {
+        tracing::warn!(cause = %err, "schedule scripts not loaded at boot; they load on first use");
+    }
     let events = Events::spawn(
         nodes,
         vec![
             locks.event_route(),
             queues.event_route(),
             scheduler.event_route(),
+            schedules.event_route(),
         ],
         shutdown,
     );
+    shutdown.spawn(schedules.timer().clone().run(shutdown.clone()));
 
     let reporter = tonic_health::server::HealthReporter::new();
     reporter
@@ -217,6 +225,7 @@ async fn serve(
     redis.errors.register(&metrics);
     locks.register_metrics(&metrics);
     queues.register_metrics(&metrics);
+    schedules.timer().register_metrics(&metrics);
     metrics::spawn(metrics_listener, metrics.clone(), shutdown);
 
     auth.spawn_reloader(shutdown);
@@ -254,6 +263,7 @@ async fn serve(
         locks,
         queues,
         scheduler,
+        schedules,
         auth,
         metrics,
     };
@@ -265,4 +275,76 @@ async fn serve(
         draining,
     )
     .await
+}
+
+/// The schedules' way into the queues ([`schedule::Queues`]): a fire is
+/// `QueueStore::fire` (`queue/lua/fire.lua`), a trigger a plain enqueue.
+struct ScheduleQueues(QueueStore);
+
+/// A schedule's task as the queue store takes it.
+fn scheduled_task(id: String, task: &TaskTemplate, schedule: crate::queue::Schedule) -> NewTask {
+    NewTask {
+        id,
+        payload: task.payload.clone().into(),
+        schedule,
+        replace: false,
+        max_attempts: task.max_attempts,
+        dedupe_window: std::time::Duration::ZERO,
+        fresh_id: false,
+        group: task.group.clone(),
+        priority: task.priority,
+    }
+}
+
+impl schedule::Queues for ScheduleQueues {
+    fn fire<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        queue: &'a str,
+        call: FireCall<'a>,
+    ) -> BoxFuture<'a, crate::error::Result<FireReply>> {
+        Box::pin(async move {
+            let fire = Fire {
+                schedule: call.schedule.to_owned(),
+                at_ms: call.at_ms,
+                skip_overlap: call.skip_overlap,
+                task: scheduled_task(call.id, call.task, crate::queue::Schedule::At(call.at_ms)),
+            };
+            let fired = self.0.tenant(tenant).fire(queue, &fire).await?;
+            Ok(FireReply {
+                outcome: match fired.outcome {
+                    FireOutcome::Fired { .. } => schedule::FireOutcome::Fired,
+                    FireOutcome::Overlap => schedule::FireOutcome::Overlap,
+                    FireOutcome::Done => schedule::FireOutcome::Done,
+                    FireOutcome::Early => schedule::FireOutcome::Early,
+                },
+                now_ms: fired.now_ms,
+                handled_ms: fired.handled_ms,
+                enqueued_ms: fired.enqueued_ms,
+            })
+        })
+    }
+
+    fn last_fire<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        queue: &'a str,
+        schedule: &'a str,
+    ) -> BoxFuture<'a, crate::error::Result<i64>> {
+        Box::pin(async move { self.0.tenant(tenant).last_fire(queue, schedule).await })
+    }
+
+    fn enqueue_now<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        queue: &'a str,
+        id: String,
+        task: &'a TaskTemplate,
+    ) -> BoxFuture<'a, crate::error::Result<()>> {
+        Box::pin(async move {
+            let task = scheduled_task(id, task, crate::queue::Schedule::Now);
+            self.0.tenant(tenant).enqueue(queue, &[task]).await?;
+            Ok(())
+        })
+    }
 }

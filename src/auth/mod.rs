@@ -24,7 +24,7 @@ use tokio::sync::watch;
 pub use crate::tenant::{Tenant, DEFAULT_TENANT};
 use crate::{
     error::{Error, Result},
-    method::{Method, LOCK_SERVICE, QUEUE_SERVICE},
+    method::{Method, LOCK_SERVICE, QUEUE_SERVICE, SCHEDULE_SERVICE},
     shutdown::Shutdown,
 };
 
@@ -40,6 +40,9 @@ pub enum Permission {
     /// Peek, Stats, Cancel, Redrive, ConfigureQueue, ConfigureGroup, ListQueues,
     /// ListGroups.
     Admin,
+    /// Every ScheduleService RPC: `produce` or `admin` lets it through (a schedule
+    /// produces tasks; an operator manages schedules). Not a name in the auth file.
+    Schedule,
 }
 
 impl Permission {
@@ -60,11 +63,16 @@ impl Permission {
             Self::Produce => "produce",
             Self::Consume => "consume",
             Self::Admin => "admin",
+            Self::Schedule => "produce` or `admin",
         }
     }
 
-    fn bit(self) -> u8 {
-        1 << self as u8
+    /// The bits of the permissions that let a call needing this one through.
+    fn bits(self) -> u8 {
+        match self {
+            Self::Schedule => Self::Produce.bits() | Self::Admin.bits(),
+            own => 1 << own as u8,
+        }
     }
 
     /// The permission `method` needs.
@@ -91,6 +99,11 @@ impl Permission {
             | Method::ConfigureGroup
             | Method::ListQueues
             | Method::ListGroups => Self::Admin,
+            Method::PutSchedule
+            | Method::GetSchedule
+            | Method::ListSchedules
+            | Method::DeleteSchedule
+            | Method::TriggerSchedule => Self::Schedule,
         }
     }
 
@@ -103,7 +116,7 @@ impl Permission {
             return Some(Self::for_method(method));
         }
         let service = path.strip_prefix('/')?.split_once('/')?.0;
-        [LOCK_SERVICE, QUEUE_SERVICE]
+        [LOCK_SERVICE, QUEUE_SERVICE, SCHEDULE_SERVICE]
             .contains(&service)
             .then_some(Self::Admin)
     }
@@ -119,12 +132,12 @@ impl Permissions {
 
     /// This set and `permission`.
     pub fn with(self, permission: Permission) -> Self {
-        Self(self.0 | permission.bit())
+        Self(self.0 | permission.bits())
     }
 
     /// Whether `permission` is in the set.
     pub fn has(self, permission: Permission) -> bool {
-        self.0 & permission.bit() != 0
+        self.0 & permission.bits() != 0
     }
 }
 

@@ -148,6 +148,8 @@ pub fn group_config_message(config: GroupConfig) -> pb::GroupConfig {
 pub enum Listing {
     Queues,
     Groups,
+    /// `ListSchedules`.
+    Schedules,
 }
 
 impl Listing {
@@ -155,6 +157,7 @@ impl Listing {
         match self {
             Listing::Queues => "q1.",
             Listing::Groups => "g1.",
+            Listing::Schedules => "s1.",
         }
     }
 }

@@ -20,6 +20,7 @@ pub mod pb;
 pub(crate) mod queue;
 pub(crate) mod router;
 pub(crate) mod rpc;
+pub(crate) mod schedule;
 pub mod status;
 pub(crate) mod tls;
 pub(crate) mod traceparent;

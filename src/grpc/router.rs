@@ -15,9 +15,13 @@ use super::{
     auth::Authorized,
     connections::{ConnectionAge, ConnectionLimit},
     lock::LockApi,
-    pb::{self, lock_service_server::LockServiceServer, queue_service_server::QueueServiceServer},
+    pb::{
+        self, lock_service_server::LockServiceServer, queue_service_server::QueueServiceServer,
+        schedule_service_server::ScheduleServiceServer,
+    },
     queue::QueueApi,
     rpc::Metered,
+    schedule::ScheduleApi,
     wire::SizeLimited,
 };
 use crate::{
@@ -25,6 +29,7 @@ use crate::{
     lock::LockStore,
     metrics::Metrics,
     queue::{scheduler::Scheduler, QueueStore},
+    schedule::ScheduleStore,
 };
 
 /// How the gRPC server serves, from the flags of the same names.
@@ -53,6 +58,8 @@ pub struct Services {
     pub queues: QueueStore,
     /// Subscribe's feeds.
     pub scheduler: Arc<Scheduler>,
+    /// Every ScheduleService RPC.
+    pub schedules: ScheduleStore,
     /// The bearer tokens; checked before any handler.
     pub auth: Auth,
     /// Where each RPC is counted.
@@ -96,6 +103,7 @@ pub async fn serve(
         locks,
         queues,
         scheduler,
+        schedules,
         auth,
         metrics,
     } = services;
@@ -121,6 +129,14 @@ pub async fn serve(
                     settings.stream_heartbeat,
                 ))
                 .max_decoding_message_size(settings.max_message_size),
+                auth.clone(),
+            ),
+            metrics.clone(),
+        )))
+        .add_service(SizeLimited(Metered::new(
+            Authorized::new(
+                ScheduleServiceServer::new(ScheduleApi::new(schedules))
+                    .max_decoding_message_size(settings.max_message_size),
                 auth,
             ),
             metrics,

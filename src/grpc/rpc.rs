@@ -92,6 +92,7 @@ fn span(method: Method, metadata: &tonic::metadata::MetadataMap) -> tracing::Spa
         method = method.as_str(),
         lock = Empty,
         queue = Empty,
+        schedule = Empty,
         owner = Empty,
         count = Empty,
         trace_id = Empty,

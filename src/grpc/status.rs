@@ -16,6 +16,7 @@ impl From<Error> for Status {
             Error::ResourceExhausted(_) => Code::ResourceExhausted,
             Error::Unauthenticated(_) => Code::Unauthenticated,
             Error::PermissionDenied(_) => Code::PermissionDenied,
+            Error::NotFound(_) => Code::NotFound,
             Error::Internal(_) => Code::Internal,
         };
         let message = err.to_string();

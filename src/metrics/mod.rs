@@ -248,6 +248,11 @@ struct Inner {
     durations: [Histogram; Method::ALL.len()],
     streams: [AtomicI64; 2],
     lateness: Histogram,
+    /// Schedule fires that enqueued a task, and their lateness.
+    fires: AtomicU64,
+    fire_lateness: Histogram,
+    /// Skipped fire times: [overlap, too_old].
+    skipped: [AtomicU64; 2],
     redis_up: AtomicBool,
     queues: Mutex<Queues>,
     /// Families the layers above keep, in the order they registered.
@@ -273,6 +278,9 @@ impl Metrics {
             durations: Default::default(),
             streams: Default::default(),
             lateness: Histogram::default(),
+            fires: AtomicU64::new(0),
+            fire_lateness: Histogram::default(),
+            skipped: Default::default(),
             redis_up: AtomicBool::new(false),
             queues: Mutex::default(),
             registered: Mutex::default(),
@@ -346,6 +354,18 @@ impl Metrics {
     /// A Subscribe push went out `late` after its task's due time.
     pub fn pushed(&self, late: Duration) {
         self.0.lateness.observe(late.as_secs_f64());
+    }
+
+    /// A schedule's fire enqueued its task `late` after the fire time (Redis' clock).
+    pub fn fired(&self, late: Duration) {
+        self.0.fires.fetch_add(1, Ordering::Relaxed);
+        self.0.fire_lateness.observe(late.as_secs_f64());
+    }
+
+    /// `count` fire times were skipped: `overlap` (the last fire's task was still in
+    /// the queue) or else too old to catch up.
+    pub fn fires_skipped(&self, overlap: bool, count: u64) {
+        self.0.skipped[usize::from(!overlap)].fetch_add(count, Ordering::Relaxed);
     }
 
     /// Whether the readiness probe finds Redis answering.
@@ -508,6 +528,34 @@ impl Metrics {
         );
         m.lateness
             .render(&mut out, "turnstile_delivery_lateness_seconds", "");
+        write_family(
+            &mut out,
+            (
+                "turnstile_schedule_fires_total",
+                Kind::Counter,
+                "Schedule fires that enqueued a task (counted by the replica whose fire did).",
+            ),
+            [(String::new(), m.fires.load(Ordering::Relaxed))],
+        );
+        header(
+            &mut out,
+            "turnstile_schedule_lateness_seconds",
+            "histogram",
+            "Schedule fires: enqueue time minus fire time, on Redis' clock.",
+        );
+        m.fire_lateness
+            .render(&mut out, "turnstile_schedule_lateness_seconds", "");
+        write_family(
+            &mut out,
+            (
+                "turnstile_schedule_skipped_total",
+                Kind::Counter,
+                "Fire times skipped, by reason: overlap (the last fire's task was still in the queue) or too_old (older than catch_up_window on recovery).",
+            ),
+            ["overlap", "too_old"].into_iter().enumerate().map(|(at, reason)| {
+                (format!("reason=\"{reason}\""), m.skipped[at].load(Ordering::Relaxed))
+            }),
+        );
         write_family(
             &mut out,
             (

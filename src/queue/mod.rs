@@ -47,8 +47,8 @@ pub use config::{
 };
 pub use listing::{GroupSummary, Page, QueueSummary};
 pub use model::{
-    Dispatched, Enqueued, LeaseSpec, Leased, Nacked, NewTask, Schedule, Stats, StreamSlots, Task,
-    TaskState,
+    Dispatched, Enqueued, Fire, FireOutcome, Fired, LeaseSpec, Leased, Nacked, NewTask, Schedule,
+    Stats, StreamSlots, Task, TaskState,
 };
 pub use scripts::QueueScripts;
 use watch::QueueWatch;

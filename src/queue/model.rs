@@ -207,3 +207,46 @@ pub struct Stats {
     /// Its flow-control config.
     pub config: super::QueueConfig,
 }
+
+/// One fire of a schedule (`lua/fire.lua`): its task, unless that fire time was handled.
+#[derive(Clone, Debug)]
+pub struct Fire {
+    /// The schedule's name (the field of the queue's `fired` hash).
+    pub schedule: String,
+    /// The fire time, Unix ms (also the task's due time).
+    pub at_ms: i64,
+    /// Skip the fire while the last fire's task is DELAYED, READY or IN_FLIGHT.
+    pub skip_overlap: bool,
+    /// The task (its id the fire's, scheduled at `at_ms`, kept if present).
+    pub task: NewTask,
+}
+
+/// What `fire.lua` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FireOutcome {
+    /// The task is stored (`created` false: one of its id was already there).
+    Fired {
+        /// A new task was stored.
+        created: bool,
+    },
+    /// Skipped: the last fire's task is still in the queue.
+    Overlap,
+    /// This fire time (or a later one) was already handled.
+    Done,
+    /// Not yet due on Redis' clock.
+    Early,
+}
+
+/// The answer of one fire: what happened, Redis' clock, and the schedule's record
+/// before it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fired {
+    /// What the script did.
+    pub outcome: FireOutcome,
+    /// Redis' clock when it ran, Unix ms.
+    pub now_ms: i64,
+    /// The last fire time handled before this call (0: none).
+    pub handled_ms: i64,
+    /// The last fire time that enqueued a task before this call (0: none).
+    pub enqueued_ms: i64,
+}

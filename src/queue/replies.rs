@@ -6,7 +6,7 @@ use prost::bytes::Bytes;
 use redis::Value;
 
 use super::{
-    model::{Dispatched, Enqueued, Leased, NewTask, Stats, Task, TaskState},
+    model::{Dispatched, Enqueued, FireOutcome, Fired, Leased, NewTask, Stats, Task, TaskState},
     Limit, QueueConfig,
 };
 use crate::{
@@ -42,6 +42,25 @@ fn task_row(r: &[Value]) -> Result<Task> {
         lease_expires_at_ms: int(r, 8)?,
         group: string(r, 9)?,
         priority: int(r, 10)? as u32,
+    })
+}
+
+/// `fire.lua`: outcome, now, handled before, enqueued before, created.
+pub(super) fn fired(reply: &[Value]) -> Result<Fired> {
+    let outcome = match string(reply, 0)?.as_str() {
+        "fired" => FireOutcome::Fired {
+            created: int(reply, 4)? == 1,
+        },
+        "overlap" => FireOutcome::Overlap,
+        "done" => FireOutcome::Done,
+        "early" => FireOutcome::Early,
+        other => return Err(Error::Internal(format!("fire replied {other:?}"))),
+    };
+    Ok(Fired {
+        outcome,
+        now_ms: int(reply, 1)?,
+        handled_ms: int(reply, 2)?,
+        enqueued_ms: int(reply, 3)?,
     })
 }
 

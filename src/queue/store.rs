@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use super::{
     model::{
-        Dispatched, Enqueued, LeaseSpec, Leased, Nacked, NewTask, Schedule, Stats, StreamSlots,
-        Task, TaskState,
+        Dispatched, Enqueued, Fire, Fired, LeaseSpec, Leased, Nacked, NewTask, Schedule, Stats,
+        StreamSlots, Task, TaskState,
     },
     replies,
     scripts::call,
@@ -70,6 +70,49 @@ impl QueueStore {
         }
         let reply: Vec<i64> = self.invoke_reclaiming(&call).await?;
         replies::enqueued(tasks, &reply)
+    }
+
+    /// One fire of a schedule: its task, in the same script that records the fire time,
+    /// so each fire time is enqueued once (`lua/fire.lua`).
+    pub async fn fire(&self, queue: &str, fire: &Fire) -> Result<Fired> {
+        self.name_queue(queue).await?;
+        let keys = self.keys(queue);
+        let mut call = call(&self.scripts.fire, &keys);
+        let task = &fire.task;
+        call.key(self.redis.keys.queue_fired(queue))
+            .arg(self.redis.keys.channel(Event::QueueChanged))
+            .arg(keys.pending())
+            .arg(&fire.schedule)
+            .arg(fire.at_ms)
+            .arg(if fire.skip_overlap { "s" } else { "a" })
+            .arg(&task.id)
+            .arg(task.payload.as_ref())
+            .arg("a")
+            .arg(fire.at_ms)
+            .arg("k")
+            .arg(task.max_attempts)
+            .arg(0)
+            .arg(task.priority)
+            .arg(&task.group);
+        let reply: Vec<redis::Value> = self.invoke_reclaiming(&call).await?;
+        replies::fired(&reply)
+    }
+
+    /// The last fire time of `schedule` that enqueued a task into `queue` (0: none).
+    pub async fn last_fire(&self, queue: &str, schedule: &str) -> Result<i64> {
+        let record: Option<String> = self
+            .redis
+            .query(
+                redis::cmd("HGET")
+                    .arg(self.redis.keys.queue_fired(queue))
+                    .arg(schedule),
+            )
+            .await?;
+        Ok(record
+            .as_deref()
+            .and_then(|r| r.split(' ').nth(1))
+            .and_then(|e| e.parse().ok())
+            .unwrap_or(0))
     }
 
     /// One attempt to take READY tasks (no waiting, no give-back: see `lease`).

@@ -66,6 +66,9 @@ pub enum Event {
     QueueChanged,
     /// A freed Subscribe slot (message: the subscription's worker tag).
     SlotFreed,
+    /// A schedule put or deleted (message: the schedule's name; the tenant is the
+    /// channel's last component).
+    ScheduleChanged,
 }
 
 impl Event {
@@ -74,6 +77,7 @@ impl Event {
             Self::LockReleased => "lock-released",
             Self::QueueChanged => "queue-changed",
             Self::SlotFreed => "slot-freed",
+            Self::ScheduleChanged => "schedule-changed",
         }
     }
 }
@@ -155,6 +159,35 @@ impl Keys {
         (registry, named)
     }
 
+    /// Where a schedule of `schedule`'s name records the fire times it enqueued into
+    /// `queue`: a hash on the queue's slot (field: the schedule's name), written by the
+    /// same script as the task (`src/queue/lua/fire.lua` says what each value holds).
+    pub fn queue_fired(&self, queue: &str) -> String {
+        format!("{}:queue:{{{}}}:fired", self.space, encode(queue))
+    }
+
+    /// This tenant's schedules, on one slot: their definitions (a hash, name -> JSON,
+    /// `src/schedule/record.rs`), their names (a zset, all score 0, for paging by name)
+    /// and since when each fires (`src/schedule/lua/put_schedule.lua`).
+    pub fn schedules(&self) -> [String; 3] {
+        let defs = format!("{}:schedules:{{{}}}", self.space, self.tenant);
+        let names = format!("{defs}:names");
+        let since = format!("{defs}:since");
+        [defs, names, since]
+    }
+
+    /// The tenants that have (or had) schedules, for every server to load at start: a
+    /// set of tenant names, one key for the whole prefix.
+    pub fn schedule_tenants(&self) -> String {
+        format!("{}:schedule-tenants", self.prefix)
+    }
+
+    /// The tenant whose channel is `channel` (the inverse of [`Keys::channel`]'s last
+    /// component), if it is one of ours.
+    pub fn tenant_of_channel(channel: &str) -> Option<String> {
+        decode(channel.rsplit_once(':')?.1)
+    }
+
     /// This tenant's channel for `event`.
     pub fn channel(&self, event: Event) -> String {
         format!("{}:events:{}:{}", self.prefix, event.as_str(), self.tenant)
@@ -199,29 +232,30 @@ fn escape(text: &str, colon: bool) -> String {
     out
 }
 
+/// The inverse of [`encode`] and [`encode_tenant`] (a round trip in the tests proves
+/// no two names share a key).
+fn decode(encoded: &str) -> Option<String> {
+    let mut out = String::with_capacity(encoded.len());
+    let mut rest = encoded;
+    while let Some(at) = rest.find('%') {
+        out.push_str(&rest[..at]);
+        let code = rest.get(at + 1..at + 3)?;
+        out.push(match code {
+            "25" => '%',
+            "7B" => '{',
+            "7D" => '}',
+            "3A" => ':',
+            _ => return None,
+        });
+        rest = &rest[at + 3..];
+    }
+    out.push_str(rest);
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The inverse of `encode`: a round trip proves no two names share a key.
-    fn decode(encoded: &str) -> Option<String> {
-        let mut out = String::with_capacity(encoded.len());
-        let mut rest = encoded;
-        while let Some(at) = rest.find('%') {
-            out.push_str(&rest[..at]);
-            let code = rest.get(at + 1..at + 3)?;
-            out.push(match code {
-                "25" => '%',
-                "7B" => '{',
-                "7D" => '}',
-                "3A" => ':',
-                _ => return None,
-            });
-            rest = &rest[at + 3..];
-        }
-        out.push_str(rest);
-        Some(out)
-    }
 
     /// The lock name back from a lock key.
     fn lock_name(keys: &Keys, lock_key: &str) -> Option<String> {

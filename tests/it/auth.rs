@@ -36,6 +36,14 @@ impl Interceptor for Bearer {
 
 type Locks = LockServiceClient<InterceptedService<Channel, Bearer>>;
 type Queues = QueueServiceClient<InterceptedService<Channel, Bearer>>;
+type Schedules =
+    pb::schedule_service_client::ScheduleServiceClient<InterceptedService<Channel, Bearer>>;
+
+/// A schedule client on `channel` that sends `token`.
+fn schedules_client(channel: Channel, token: Option<&str>) -> Schedules {
+    let bearer = Bearer(token.map(|t| format!("Bearer {t}").parse().expect("ascii token")));
+    pb::schedule_service_client::ScheduleServiceClient::with_interceptor(channel, bearer)
+}
 
 /// Lock and queue clients on `channel` that send `token`.
 fn clients(channel: Channel, token: Option<&str>) -> (Locks, Queues) {
@@ -68,7 +76,7 @@ fn write_auth_file(path: &PathBuf, grants: &[(&str, &str, &[&str])]) -> PathBuf 
 const ALL: &[&str] = &["lock", "produce", "consume", "admin"];
 
 /// Every RPC, and the permission the contract says it needs.
-const RPCS: [(&str, &str); 21] = [
+const RPCS: [(&str, &str); 26] = [
     ("Acquire", "lock"),
     ("Release", "lock"),
     ("Extend", "lock"),
@@ -90,11 +98,21 @@ const RPCS: [(&str, &str); 21] = [
     ("ConfigureGroup", "admin"),
     ("ListQueues", "admin"),
     ("ListGroups", "admin"),
+    ("PutSchedule", "produce|admin"),
+    ("GetSchedule", "produce|admin"),
+    ("ListSchedules", "produce|admin"),
+    ("TriggerSchedule", "produce|admin"),
+    ("DeleteSchedule", "produce|admin"),
 ];
 
 /// Calls `rpc` with a valid request; the status code it got (OK when it was served;
 /// a stream counts as served once it is open).
-async fn call(rpc: &str, locks: &mut Locks, queues: &mut Queues) -> Code {
+async fn call(
+    rpc: &str,
+    locks: &mut Locks,
+    queues: &mut Queues,
+    schedules: &mut Schedules,
+) -> Code {
     let (name, queue) = ("perm-lock".to_owned(), "perm-queue".to_owned());
     let result: Result<(), Status> = match rpc {
         "Acquire" => locks
@@ -238,6 +256,40 @@ async fn call(rpc: &str, locks: &mut Locks, queues: &mut Queues) -> Code {
             })
             .await
             .map(drop),
+        // The schedule exists (PutSchedule ran first), so Get and Trigger succeed.
+        "PutSchedule" => schedules
+            .put_schedule(pb::PutScheduleRequest {
+                schedule: Some(pb::Schedule {
+                    name: "perm-schedule".into(),
+                    queue,
+                    spec: Some(pb::schedule::Spec::Cron("@yearly".into())),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .map(drop),
+        "GetSchedule" => schedules
+            .get_schedule(pb::GetScheduleRequest {
+                name: "perm-schedule".into(),
+            })
+            .await
+            .map(drop),
+        "ListSchedules" => schedules
+            .list_schedules(pb::ListSchedulesRequest::default())
+            .await
+            .map(drop),
+        "TriggerSchedule" => schedules
+            .trigger_schedule(pb::TriggerScheduleRequest {
+                name: "perm-schedule".into(),
+            })
+            .await
+            .map(drop),
+        "DeleteSchedule" => schedules
+            .delete_schedule(pb::DeleteScheduleRequest {
+                name: "perm-schedule".into(),
+            })
+            .await
+            .map(drop),
         other => panic!("no RPC {other}"),
     };
     match result {
@@ -265,8 +317,9 @@ async fn without_a_known_token_every_rpc_is_unauthenticated_but_health_and_refle
     let (server, _) = server_with(&redis, &[("good-token", "shop", ALL)]).await;
     for token in [None, Some("wrong-token"), Some("good-token ")] {
         let (mut locks, mut queues) = clients(server.channel().await, token);
+        let mut schedules = schedules_client(server.channel().await, token);
         for (rpc, _) in RPCS {
-            let code = call(rpc, &mut locks, &mut queues).await;
+            let code = call(rpc, &mut locks, &mut queues, &mut schedules).await;
             let wanted = if token == Some("good-token ") {
                 // Surrounding blanks are not part of the token.
                 Code::Ok
@@ -339,23 +392,25 @@ async fn each_permission_allows_exactly_its_rpcs() -> TestResult {
     let (server, _) = server_with(&redis, &grants).await;
     for (token, permission) in &tokens {
         let (mut locks, mut queues) = clients(server.channel().await, Some(token));
+        let mut schedules = schedules_client(server.channel().await, Some(token));
         for (rpc, needs) in RPCS {
-            let code = call(rpc, &mut locks, &mut queues).await;
-            if needs == *permission {
+            let code = call(rpc, &mut locks, &mut queues, &mut schedules).await;
+            if needs.split('|').any(|need| need == *permission) {
                 assert_eq!(code, Code::Ok, "{rpc} with {permission}");
             } else {
                 assert_eq!(code, Code::PermissionDenied, "{rpc} with {permission}");
             }
         }
     }
-    // Each RPC was refused to the three tokens without its permission, and counted.
-    for (rpc, _) in RPCS {
+    // Each RPC was refused to the tokens without its permission, and counted.
+    for (rpc, needs) in RPCS {
         let denied = server
             .metric(&format!(
                 "turnstile_rpc_requests_total{{method=\"{rpc}\",code=\"PERMISSION_DENIED\"}}"
             ))
             .await;
-        assert_eq!(denied, 3.0, "{rpc}");
+        let allowed = needs.split('|').count() as f64;
+        assert_eq!(denied, ALL.len() as f64 - allowed, "{rpc}");
     }
     Ok(())
 }
@@ -1419,5 +1474,88 @@ async fn with_auth_on_queue_metrics_carry_the_tenant_and_never_a_token() -> Test
         !body.contains(shop_token) && !body.contains(rival_token),
         "{body}"
     );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_sees_and_fires_only_its_own_schedules() -> TestResult {
+    init_tracing();
+    let redis = TestRedis::start().await;
+    let (server, _) = server_with(
+        &redis,
+        &[
+            ("token-of-shop", "shop", ALL),
+            ("token-of-rival", "rival", ALL),
+        ],
+    )
+    .await;
+    let mut shop = schedules_client(server.channel().await, Some("token-of-shop"));
+    let mut rival = schedules_client(server.channel().await, Some("token-of-rival"));
+    let (_, shop_queues) = clients(server.channel().await, Some("token-of-shop"));
+    let (_, mut rival_queues) = clients(server.channel().await, Some("token-of-rival"));
+    let schedule = |payload: &str| pb::Schedule {
+        name: "nightly".into(),
+        queue: "jobs".into(),
+        spec: Some(pb::schedule::Spec::Every(ms(1000).unwrap())),
+        task: Some(pb::ScheduledTask {
+            payload: payload.as_bytes().to_vec(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    shop.put_schedule(pb::PutScheduleRequest {
+        schedule: Some(schedule("shop's")),
+    })
+    .await?;
+    // The rival sees nothing of it, and can neither change nor trigger it.
+    let listed = rival
+        .list_schedules(pb::ListSchedulesRequest::default())
+        .await?
+        .into_inner()
+        .schedules;
+    assert!(listed.is_empty(), "{listed:?}");
+    let missing = rival
+        .get_schedule(pb::GetScheduleRequest {
+            name: "nightly".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(missing.code(), Code::NotFound);
+    let triggered = rival
+        .trigger_schedule(pb::TriggerScheduleRequest {
+            name: "nightly".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(triggered.code(), Code::NotFound);
+    let deleted = rival
+        .delete_schedule(pb::DeleteScheduleRequest {
+            name: "nightly".into(),
+        })
+        .await?
+        .into_inner()
+        .deleted;
+    assert!(!deleted);
+    // The shop's fires land in the shop's queue, never in the rival's of that name.
+    common::eventually("a fire of the shop's", common::WAIT, || async {
+        stats(&mut shop_queues.clone(), "jobs").await[0] > 0
+    })
+    .await;
+    assert_eq!(stats(&mut rival_queues, "jobs").await, [0, 0, 0, 0]);
+    // A schedule of the same name of the rival's is the rival's own.
+    rival
+        .put_schedule(pb::PutScheduleRequest {
+            schedule: Some(schedule("rival's")),
+        })
+        .await?;
+    let own = shop
+        .get_schedule(pb::GetScheduleRequest {
+            name: "nightly".into(),
+        })
+        .await?
+        .into_inner()
+        .schedule
+        .unwrap();
+    assert_eq!(own.task.unwrap().payload, b"shop's".to_vec());
     Ok(())
 }

@@ -13,11 +13,13 @@ use tonic::{Code, Status};
 use turnstile::{
     grpc::status::rich::{BadRequest, RpcStatus, BAD_REQUEST_TYPE},
     pb::{
-        task_spec::Schedule, AckRequest, AcquireRequest, CancelRequest, CheckFenceRequest,
-        ConfigureGroupRequest, ConfigureQueueRequest, DescribeRequest, EnqueueRequest,
-        ExtendLeaseRequest, ExtendRequest, HoldRequest, LeaseRequest, ListGroupsRequest,
-        ListQueuesRequest, NackRequest, PeekRequest, RateLimit, RedriveRequest, ReleaseAllRequest,
-        ReleaseRequest, StatsRequest, SubscribeRequest, TaskSpec, TaskState,
+        schedule, task_spec::Schedule as TaskSchedule, AckRequest, AcquireRequest, CancelRequest,
+        CheckFenceRequest, ConfigureGroupRequest, ConfigureQueueRequest, DeleteScheduleRequest,
+        DescribeRequest, EnqueueRequest, ExtendLeaseRequest, ExtendRequest, GetScheduleRequest,
+        HoldRequest, LeaseRequest, ListGroupsRequest, ListQueuesRequest, ListSchedulesRequest,
+        NackRequest, PeekRequest, PutScheduleRequest, RateLimit, RedriveRequest, ReleaseAllRequest,
+        ReleaseRequest, Schedule, ScheduledTask, StatsRequest, SubscribeRequest, TaskSpec,
+        TaskState, TriggerScheduleRequest,
     },
 };
 
@@ -71,9 +73,10 @@ async fn every_bad_field_of_every_rpc_is_invalid_argument_naming_it_before_redis
     let server = TestServer::start(&redis).await;
     let locks = server.locks().await;
     let queues = server.queues().await;
+    let schedules = server.schedules().await;
     let mut cases: Vec<(String, &str, Call)> = Vec::new();
     macro_rules! case {
-        ($client:ident . $method:ident, $field:literal, $request:expr) => {{
+        ($client:ident . $method:ident, $field:expr, $request:expr) => {{
             let mut client = $client.clone();
             let request = $request;
             let label = format!("{} {:?}", stringify!($method), request);
@@ -298,7 +301,7 @@ async fn every_bad_field_of_every_rpc_is_invalid_argument_naming_it_before_redis
         queues.enqueue,
         "delay",
         enqueue(vec![TaskSpec {
-            schedule: Some(Schedule::Delay(neg().unwrap())),
+            schedule: Some(TaskSchedule::Delay(neg().unwrap())),
             ..task()
         }])
     );
@@ -312,7 +315,10 @@ async fn every_bad_field_of_every_rpc_is_invalid_argument_naming_it_before_redis
             queues.enqueue,
             "due_at",
             enqueue(vec![TaskSpec {
-                schedule: Some(Schedule::DueAt(prost_types::Timestamp { seconds, nanos })),
+                schedule: Some(TaskSchedule::DueAt(prost_types::Timestamp {
+                    seconds,
+                    nanos
+                })),
                 ..task()
             }])
         );
@@ -698,13 +704,189 @@ async fn every_bad_field_of_every_rpc_is_invalid_argument_naming_it_before_redis
         }
     );
 
+    let schedule = || Schedule {
+        name: "nightly".into(),
+        queue: "q".into(),
+        spec: Some(schedule::Spec::Cron("0 3 * * *".into())),
+        ..Default::default()
+    };
+    let put = |schedule: Schedule| PutScheduleRequest {
+        schedule: Some(schedule),
+    };
+    case!(
+        schedules.put_schedule,
+        "schedule",
+        PutScheduleRequest { schedule: None }
+    );
+    for (field, bad) in [
+        (
+            "name",
+            Schedule {
+                name: String::new(),
+                ..schedule()
+            },
+        ),
+        (
+            "name",
+            Schedule {
+                name: text(513),
+                ..schedule()
+            },
+        ),
+        (
+            "queue",
+            Schedule {
+                queue: CONTROL.into(),
+                ..schedule()
+            },
+        ),
+        (
+            "cron",
+            Schedule {
+                spec: None,
+                ..schedule()
+            },
+        ),
+        (
+            "cron",
+            Schedule {
+                spec: Some(schedule::Spec::Cron("61 * * * *".into())),
+                ..schedule()
+            },
+        ),
+        (
+            "cron",
+            Schedule {
+                spec: Some(schedule::Spec::Cron("* * *".into())),
+                ..schedule()
+            },
+        ),
+        (
+            "cron",
+            Schedule {
+                spec: Some(schedule::Spec::Cron("0 0 30 2 *".into())),
+                ..schedule()
+            },
+        ),
+        (
+            "time_zone",
+            Schedule {
+                time_zone: "Mars/Olympus_Mons".into(),
+                ..schedule()
+            },
+        ),
+        (
+            "time_zone",
+            Schedule {
+                spec: Some(schedule::Spec::Every(ms(60_000).unwrap())),
+                time_zone: "Europe/Paris".into(),
+                ..schedule()
+            },
+        ),
+        (
+            "every",
+            Schedule {
+                spec: Some(schedule::Spec::Every(ms(999).unwrap())),
+                ..schedule()
+            },
+        ),
+        (
+            "every",
+            Schedule {
+                spec: Some(schedule::Spec::Every(neg().unwrap())),
+                ..schedule()
+            },
+        ),
+        (
+            "catch_up_window",
+            Schedule {
+                catch_up_window: hours(24 * 8),
+                ..schedule()
+            },
+        ),
+        (
+            "overlap",
+            Schedule {
+                overlap: 7,
+                ..schedule()
+            },
+        ),
+        (
+            "priority",
+            Schedule {
+                task: Some(ScheduledTask {
+                    priority: 10,
+                    ..Default::default()
+                }),
+                ..schedule()
+            },
+        ),
+        (
+            "group",
+            Schedule {
+                task: Some(ScheduledTask {
+                    group: CONTROL.into(),
+                    ..Default::default()
+                }),
+                ..schedule()
+            },
+        ),
+        (
+            "payload",
+            Schedule {
+                task: Some(ScheduledTask {
+                    payload: vec![0; 1024 * 1024 + 1],
+                    ..Default::default()
+                }),
+                ..schedule()
+            },
+        ),
+    ] {
+        case!(schedules.put_schedule, field, put(bad));
+    }
+    case!(
+        schedules.get_schedule,
+        "name",
+        GetScheduleRequest {
+            name: String::new()
+        }
+    );
+    case!(
+        schedules.delete_schedule,
+        "name",
+        DeleteScheduleRequest {
+            name: CONTROL.into()
+        }
+    );
+    case!(
+        schedules.trigger_schedule,
+        "name",
+        TriggerScheduleRequest { name: text(513) }
+    );
+    case!(
+        schedules.list_schedules,
+        "page_token",
+        ListSchedulesRequest {
+            page_token: "q1.6c".into(),
+            ..Default::default()
+        }
+    );
+    case!(
+        schedules.list_schedules,
+        "page_size",
+        ListSchedulesRequest {
+            page_size: 1001,
+            ..Default::default()
+        }
+    );
+
     let scripts = redis.command_calls("evalsha").await;
     let total = cases.len();
     for (label, field, call) in cases {
         let status = call.await.expect_err(&label);
         assert_eq!(named_field(&status), field, "{label}");
     }
-    assert_eq!(total, 105, "cases dropped from the table");
+    assert_eq!(total, 127, "cases dropped from the table");
     assert_eq!(
         redis.command_calls("evalsha").await,
         scripts,

@@ -7,15 +7,13 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::{ms, unix_ms, TestResult, TestServer, TestStore};
-use tokio_stream::StreamExt;
+use common::{ms, next_task, unix_ms, TestResult, TestServer, TestStore};
 use tonic::{transport::Channel, Streaming};
 use turnstile::pb::{
-    queue_service_client::QueueServiceClient, subscribe_response::Event, task_spec::Schedule,
-    AckRequest, ConfigureGroupRequest, ConfigureQueueRequest, EnqueueRequest, GroupConfig,
-    GroupSummary, LeaseRequest, ListGroupsRequest, ListQueuesRequest, NackRequest, PeekRequest,
-    QueueConfig, RateLimit, StatsRequest, SubscribeRequest, SubscribeResponse, Task, TaskSpec,
-    TaskState,
+    queue_service_client::QueueServiceClient, task_spec::Schedule, AckRequest,
+    ConfigureGroupRequest, ConfigureQueueRequest, EnqueueRequest, GroupConfig, GroupSummary,
+    LeaseRequest, ListGroupsRequest, ListQueuesRequest, NackRequest, PeekRequest, QueueConfig,
+    RateLimit, StatsRequest, SubscribeRequest, SubscribeResponse, Task, TaskSpec, TaskState,
 };
 
 type Queues = QueueServiceClient<Channel>;
@@ -125,21 +123,6 @@ async fn subscribe(
         })
         .await?
         .into_inner())
-}
-
-/// The next task pushed on `stream` within `within` (heartbeats skipped), or None.
-async fn next_task(stream: &mut Streaming<SubscribeResponse>, within: Duration) -> Option<Task> {
-    let until = tokio::time::Instant::now() + within;
-    loop {
-        match tokio::time::timeout_at(until, stream.next()).await {
-            Ok(Some(Ok(SubscribeResponse {
-                event: Some(Event::Task(task)),
-            }))) => return Some(task),
-            Ok(Some(Ok(_))) => continue,
-            Ok(other) => panic!("stream ended: {other:?}"),
-            Err(_) => return None,
-        }
-    }
 }
 
 /// Long enough for a push that is due to arrive on a loaded machine, short enough for

@@ -24,6 +24,7 @@ const LAYERS: &[(&str, u8)] = &[
     // The domain.
     ("lock", 6),
     ("queue", 6),
+    ("schedule", 6),
     // The gRPC face.
     ("grpc", 7),
     // Composition.

@@ -20,6 +20,7 @@ mod lock;
 mod model;
 mod process;
 mod queue;
+mod schedule;
 mod scripts;
 mod server;
 mod subscribe;

@@ -36,9 +36,18 @@ fn queue_script<'a>(scripts: &'a QueueScripts, name: &str) -> &'a Script {
 
 #[test]
 fn every_script_carries_only_the_helpers_it_names_and_no_bare_keys() {
-    let (locks, queues) = (LockScripts::new(), QueueScripts::new());
-    let all: Vec<&Script> = locks.all().into_iter().chain(queues.all()).collect();
-    assert_eq!(all.len(), 22);
+    let (locks, queues, schedules) = (
+        LockScripts::new(),
+        QueueScripts::new(),
+        turnstile::schedule::ScheduleScripts::new(),
+    );
+    let all: Vec<&Script> = locks
+        .all()
+        .into_iter()
+        .chain(queues.all())
+        .chain(schedules.all())
+        .collect();
+    assert_eq!(all.len(), 25);
     for script in &all {
         let source = script.source;
         // Read only exactly when it says so on its first line, which Redis enforces.

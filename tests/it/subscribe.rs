@@ -7,7 +7,7 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::{ms, unix_ms, TestRedis, TestResult, TestServer, TestStore};
+use common::{ms, next_task, unix_ms, TestRedis, TestResult, TestServer, TestStore};
 use tokio_stream::StreamExt;
 use tonic::{transport::Channel, Code, Streaming};
 use turnstile::pb::{
@@ -65,22 +65,6 @@ async fn ack(
         .await?
         .into_inner()
         .acked)
-}
-
-/// The next task on the stream within `within` (heartbeats skipped), or None.
-async fn next_task(stream: &mut Streaming<SubscribeResponse>, within: Duration) -> Option<Task> {
-    let until = tokio::time::Instant::now() + within;
-    loop {
-        match tokio::time::timeout_at(until, stream.next()).await {
-            Ok(Some(Ok(SubscribeResponse {
-                event: Some(Event::Task(task)),
-            }))) => return Some(task),
-            Ok(Some(Ok(_))) => continue,
-            Ok(Some(Err(status))) => panic!("stream failed: {status}"),
-            Ok(None) => panic!("stream ended"),
-            Err(_) => return None,
-        }
-    }
 }
 
 async fn next_tasks(stream: &mut Streaming<SubscribeResponse>, count: usize) -> Vec<Task> {

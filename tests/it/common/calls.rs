@@ -42,3 +42,25 @@ pub fn assert_drained(stats: &turnstile::pb::StatsResponse) {
         "{stats:?}"
     );
 }
+
+/// The next task pushed on a Subscribe `stream` within `within` (heartbeats skipped),
+/// or None; a stream that fails or ends fails the test.
+pub async fn next_task(
+    stream: &mut tonic::Streaming<turnstile::pb::SubscribeResponse>,
+    within: Duration,
+) -> Option<turnstile::pb::Task> {
+    use tokio_stream::StreamExt;
+    use turnstile::pb::{subscribe_response::Event, SubscribeResponse};
+    let until = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(until, stream.next()).await {
+            Ok(Some(Ok(SubscribeResponse {
+                event: Some(Event::Task(task)),
+            }))) => return Some(task),
+            Ok(Some(Ok(_))) => continue,
+            Ok(Some(Err(status))) => panic!("stream failed: {status}"),
+            Ok(None) => panic!("stream ended"),
+            Err(_) => return None,
+        }
+    }
+}

@@ -218,6 +218,12 @@ impl TestServer {
         QueueServiceClient::new(self.channel().await)
     }
 
+    pub async fn schedules(
+        &self,
+    ) -> turnstile::pb::schedule_service_client::ScheduleServiceClient<Channel> {
+        turnstile::pb::schedule_service_client::ScheduleServiceClient::new(self.channel().await)
+    }
+
     /// Triggers graceful shutdown of every replica and waits for their `run`s to return.
     pub async fn shutdown(mut self) -> Result<(), String> {
         for peer in std::mem::take(&mut self.peers) {
