@@ -43,8 +43,9 @@ pub struct EnqueueArgs {
     pub client: ClientArgs,
 }
 
-pub async fn enqueue(args: EnqueueArgs) -> Outcome {
-    let payload = match args.payload.as_deref() {
+/// A payload argument: the text given, or stdin for `-` or none.
+pub fn read_payload(arg: Option<&str>) -> Result<Vec<u8>, Failure> {
+    Ok(match arg {
         Some("-") | None => {
             let mut payload = Vec::new();
             std::io::stdin()
@@ -53,7 +54,11 @@ pub async fn enqueue(args: EnqueueArgs) -> Outcome {
             payload
         }
         Some(text) => text.as_bytes().to_vec(),
-    };
+    })
+}
+
+pub async fn enqueue(args: EnqueueArgs) -> Outcome {
+    let payload = read_payload(args.payload.as_deref())?;
     let schedule = match (args.delay, args.at) {
         (Some(delay), _) => Some(Schedule::Delay(
             prost_types::Duration::try_from(delay)

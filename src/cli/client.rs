@@ -13,6 +13,7 @@ use tonic::{
 };
 use turnstile::pb::{
     lock_service_client::LockServiceClient, queue_service_client::QueueServiceClient,
+    schedule_service_client::ScheduleServiceClient,
 };
 
 /// The flags of every client command.
@@ -63,6 +64,8 @@ pub struct Client {
     pub locks: LockServiceClient<Authed>,
     /// `turnstile.v1.QueueService`.
     pub queues: QueueServiceClient<Authed>,
+    /// `turnstile.v1.ScheduleService`.
+    pub schedules: ScheduleServiceClient<Authed>,
 }
 
 /// A failed command: what to print and the exit status.
@@ -146,7 +149,8 @@ impl ClientArgs {
         let channel = endpoint.connect_lazy();
         Ok(Client {
             locks: LockServiceClient::with_interceptor(channel.clone(), Bearer(bearer.clone())),
-            queues: QueueServiceClient::with_interceptor(channel, Bearer(bearer)),
+            queues: QueueServiceClient::with_interceptor(channel.clone(), Bearer(bearer.clone())),
+            schedules: ScheduleServiceClient::with_interceptor(channel, Bearer(bearer)),
         })
     }
 }

@@ -8,6 +8,7 @@
 //! - [`lock`] and [`work`]: run a command under a lock, or once per task.
 //! - [`admin`]: `enqueue`, `stats`, `peek`, `cancel`, `redrive`.
 //! - [`flow`]: `queues`, `pause`, `resume`, `limit`.
+//! - [`schedule`]: `schedule put/ls/rm/pause/resume/trigger`.
 //! - [`client`] (flags, connection, errors), [`output`] (tables, JSON, RFC 3339) and
 //!   [`run`] (the user's command): what the commands share.
 
@@ -18,6 +19,7 @@ pub mod flow;
 pub mod lock;
 pub mod output;
 pub mod run;
+pub mod schedule;
 pub mod work;
 
 use std::process::ExitCode;
@@ -52,6 +54,9 @@ pub enum ClientCommand {
     /// Cap a queue's tasks in flight and limit its delivery rate, for the queue and for
     /// each group.
     Limit(flow::LimitArgs),
+    /// Schedules that enqueue a task at every fire time: put, ls, rm, pause, resume,
+    /// trigger.
+    Schedule(schedule::ScheduleArgs),
 }
 
 impl ClientCommand {
@@ -69,6 +74,7 @@ impl ClientCommand {
             ClientCommand::Pause(args) => flow::pause(args, true).await,
             ClientCommand::Resume(args) => flow::pause(args, false).await,
             ClientCommand::Limit(args) => flow::limit(args).await,
+            ClientCommand::Schedule(args) => schedule::run(args).await,
         })
     }
 }

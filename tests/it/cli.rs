@@ -769,3 +769,98 @@ async fn work_drains_on_sigterm_letting_the_running_task_finish_and_ack() -> Tes
         .any(|l| l.contains("task long attempt 1: exit 0, acked")));
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedule_put_ls_pause_resume_trigger_and_rm() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let run = |args: &[&str]| {
+        let mut command = cli(&server);
+        command.args(args);
+        command
+    };
+    let (status, out, err) = output(&mut run(&[
+        "schedule",
+        "put",
+        "nightly",
+        "reports",
+        "build it",
+        "--cron",
+        "0 3 * * *",
+        "--tz",
+        "Asia/Kolkata",
+        "--overlap",
+        "skip",
+        "--json",
+    ]))
+    .await;
+    assert!(status.success(), "{out}{err}");
+    let put = json(out.trim());
+    assert_eq!(put["spec"], "cron 0 3 * * * Asia/Kolkata");
+    // 03:00 in Kolkata is 21:30 UTC.
+    assert!(
+        put["next_fire_at"]
+            .as_str()
+            .unwrap()
+            .ends_with("T21:30:00.000Z"),
+        "{put}"
+    );
+    let (status, _, err) = output(&mut run(&[
+        "schedule", "put", "tick", "ticks", "x", "--every", "1h",
+    ]))
+    .await;
+    assert!(status.success(), "{err}");
+    // Both, by name, in a table with their next and last fire times.
+    let (status, out, _) = output(&mut run(&["schedule", "ls"])).await;
+    assert!(status.success());
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].starts_with("NAME") && lines[0].contains("NEXT_FIRE"),
+        "{out}"
+    );
+    assert!(
+        lines[1].starts_with("nightly") && lines[1].contains("skip"),
+        "{out}"
+    );
+    assert!(
+        lines[2].starts_with("tick") && lines[2].contains("every 3600s"),
+        "{out}"
+    );
+    // Pause: no next fire; trigger still enqueues; resume fires again.
+    let (status, out, _) = output(&mut run(&["schedule", "pause", "tick", "--json"])).await;
+    assert!(status.success());
+    assert_eq!(json(out.trim())["paused"], true);
+    assert!(json(out.trim())["next_fire_at"].is_null());
+    let (status, out, _) = output(&mut run(&["schedule", "trigger", "tick"])).await;
+    assert!(status.success());
+    let id = out.trim().to_owned();
+    assert!(id.starts_with("tick@"), "{id}");
+    assert_eq!(
+        peek(&server, "ticks", TaskState::Ready).await?[0].id,
+        id,
+        "the triggered task"
+    );
+    let (_, out, _) = output(&mut run(&["schedule", "resume", "tick", "--json"])).await;
+    assert_eq!(json(out.trim())["paused"], false);
+    // rm: gone, and a second rm says so; a bad cron names the field, exit 1.
+    let (status, out, _) = output(&mut run(&["schedule", "rm", "tick"])).await;
+    assert!(status.success() && out.contains("deleted"), "{out}");
+    let (_, out, _) = output(&mut run(&["schedule", "rm", "tick"])).await;
+    assert!(out.contains("no such schedule"), "{out}");
+    let (status, _, err) = output(&mut run(&[
+        "schedule",
+        "put",
+        "bad",
+        "q",
+        "x",
+        "--cron",
+        "61 * * * *",
+    ]))
+    .await;
+    assert_eq!(status.code(), Some(1));
+    assert!(
+        err.contains("INVALID_ARGUMENT") && err.contains("cron"),
+        "{err}"
+    );
+    Ok(())
+}

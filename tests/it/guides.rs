@@ -246,7 +246,7 @@ async fn the_python_examples_run_as_printed() -> TestResult {
     let Some(guide) = prepare(
         PYTHON_SETUP,
         "python-guide",
-        "gen/turnstile/v1/queue_pb2_grpc.py",
+        "gen/turnstile/v1/schedule_pb2_grpc.py",
     )
     .await
     else {
@@ -287,6 +287,7 @@ async fn the_python_examples_run_as_printed() -> TestResult {
         let addr = guide.server.addr.to_string();
         let fencing = block.code.contains("CheckFence(");
         let flow = block.code.contains("group_max_in_flight=1");
+        let schedule = block.code.contains("PutSchedule(");
         let printed = tokio::task::spawn_blocking(move || {
             let mut python = Command::new(dir.join(".venv/bin/python"));
             python
@@ -305,6 +306,10 @@ async fn the_python_examples_run_as_printed() -> TestResult {
             ] {
                 assert!(printed.contains(wanted), "no {wanted:?} in {printed}");
             }
+        }
+        // The schedule was stored and answers its next fire time.
+        if schedule {
+            assert!(printed.contains("next digest at 20"), "{printed}");
         }
         // One group at a time: the second task of each group waits for the first.
         if flow {
@@ -487,6 +492,24 @@ async fn the_shell_blocks_run_as_printed() -> TestResult {
     expect(
         "turnstile work newsletters",
         &["sending issue-7: {\"to\": \"ada@example.com\"}"],
+    );
+    // The schedules: the next fire printed, then listed; a trigger's id, the JSON
+    // listing and the deletion.
+    expect(
+        "turnstile schedule put nightly-report",
+        &[
+            "nightly-report: next fire 20",
+            "NEXT_FIRE",
+            "cron */5 * * * * Europe/Paris",
+        ],
+    );
+    expect(
+        "turnstile schedule put weekly-digest",
+        &[
+            "weekly-digest@20",
+            "\"name\":\"weekly-digest\"",
+            "weekly-digest: deleted",
+        ],
     );
     Ok(())
 }

@@ -522,3 +522,48 @@ async fn fire_times_missed_while_every_server_was_down_are_caught_up() -> TestRe
     );
     Ok(())
 }
+
+on_each_store!(a_replica_killed_as_it_fires_loses_and_repeats_no_fire_time);
+async fn a_replica_killed_as_it_fires_loses_and_repeats_no_fire_time(
+    redis: TestStore,
+) -> TestResult {
+    let mut doomed = common::ServerProcess::start_on(&redis);
+    let survivor = common::ServerProcess::start_on(&redis);
+    let channel = |addr: &str| {
+        Channel::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect_lazy()
+    };
+    let mut schedules = ScheduleServiceClient::new(channel(&doomed.addr));
+    let mut queues = QueueServiceClient::new(channel(&survivor.addr));
+    put(&mut schedules, every("crash", "crashes", 1000)).await?;
+    let mut stream = subscribe(&mut queues, "crashes").await?;
+    let first = fire_time(
+        &next_task(&mut stream, common::WAIT)
+            .await
+            .expect("a fire")
+            .id,
+    );
+    // SIGKILL at the instant of the next fire time, while both replicas fire it.
+    let at = first + 1000;
+    let now = common::redis_now_ms(&mut redis.conn().await).await;
+    tokio::time::sleep(Duration::from_millis((at - now).max(0) as u64)).await;
+    doomed.kill();
+    // A replica that starts after the crash knows only what Redis recorded.
+    let _fresh = common::ServerProcess::start_on(&redis);
+    let mut times = vec![first];
+    while times.len() < 6 {
+        let task = next_task(&mut stream, common::WAIT)
+            .await
+            .expect("fires go on after the crash");
+        times.push(fire_time(&task.id));
+    }
+    for pair in times.windows(2) {
+        assert_eq!(
+            pair[1] - pair[0],
+            1000,
+            "a fire time lost or repeated: {times:?}"
+        );
+    }
+    Ok(())
+}
