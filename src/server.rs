@@ -301,27 +301,37 @@ impl schedule::Queues for ScheduleQueues {
         &'a self,
         tenant: &'a Tenant,
         queue: &'a str,
-        call: FireCall<'a>,
-    ) -> BoxFuture<'a, crate::error::Result<FireReply>> {
+        calls: Vec<FireCall<'a>>,
+    ) -> BoxFuture<'a, crate::error::Result<Vec<FireReply>>> {
         Box::pin(async move {
-            let fire = Fire {
-                schedule: call.schedule.to_owned(),
-                at_ms: call.at_ms,
-                skip_overlap: call.skip_overlap,
-                task: scheduled_task(call.id, call.task, crate::queue::Schedule::At(call.at_ms)),
-            };
-            let fired = self.0.tenant(tenant).fire(queue, &fire).await?;
-            Ok(FireReply {
-                outcome: match fired.outcome {
-                    FireOutcome::Fired { .. } => schedule::FireOutcome::Fired,
-                    FireOutcome::Overlap => schedule::FireOutcome::Overlap,
-                    FireOutcome::Done => schedule::FireOutcome::Done,
-                    FireOutcome::Early => schedule::FireOutcome::Early,
-                },
-                now_ms: fired.now_ms,
-                handled_ms: fired.handled_ms,
-                enqueued_ms: fired.enqueued_ms,
-            })
+            let fires: Vec<Fire> = calls
+                .into_iter()
+                .map(|call| Fire {
+                    schedule: call.schedule.to_owned(),
+                    at_ms: call.at_ms,
+                    skip_overlap: call.skip_overlap,
+                    task: scheduled_task(
+                        call.id,
+                        call.task,
+                        crate::queue::Schedule::At(call.at_ms),
+                    ),
+                })
+                .collect();
+            let fired = self.0.tenant(tenant).fire(queue, &fires).await?;
+            Ok(fired
+                .into_iter()
+                .map(|fired| FireReply {
+                    outcome: match fired.outcome {
+                        FireOutcome::Fired { .. } => schedule::FireOutcome::Fired,
+                        FireOutcome::Overlap => schedule::FireOutcome::Overlap,
+                        FireOutcome::Done => schedule::FireOutcome::Done,
+                        FireOutcome::Early => schedule::FireOutcome::Early,
+                    },
+                    now_ms: fired.now_ms,
+                    handled_ms: fired.handled_ms,
+                    enqueued_ms: fired.enqueued_ms,
+                })
+                .collect())
         })
     }
 

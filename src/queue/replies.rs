@@ -45,23 +45,36 @@ fn task_row(r: &[Value]) -> Result<Task> {
     })
 }
 
-/// `fire.lua`: outcome, now, handled before, enqueued before, created.
-pub(super) fn fired(reply: &[Value]) -> Result<Fired> {
-    let outcome = match string(reply, 0)?.as_str() {
-        "fired" => FireOutcome::Fired {
-            created: int(reply, 4)? == 1,
-        },
-        "overlap" => FireOutcome::Overlap,
-        "done" => FireOutcome::Done,
-        "early" => FireOutcome::Early,
-        other => return Err(Error::Internal(format!("fire replied {other:?}"))),
-    };
-    Ok(Fired {
-        outcome,
-        now_ms: int(reply, 1)?,
-        handled_ms: int(reply, 2)?,
-        enqueued_ms: int(reply, 3)?,
-    })
+/// `fire.lua`: now, then per fire its outcome, handled before, enqueued before and
+/// created.
+pub(super) fn fired(reply: &[Value], fires: usize) -> Result<Vec<Fired>> {
+    if reply.len() != 1 + 4 * fires {
+        return Err(Error::Internal(format!(
+            "fire replied {} values for {fires} fires",
+            reply.len()
+        )));
+    }
+    let now_ms = int(reply, 0)?;
+    reply[1..]
+        .chunks(4)
+        .map(|r| {
+            let outcome = match string(r, 0)?.as_str() {
+                "fired" => FireOutcome::Fired {
+                    created: int(r, 3)? == 1,
+                },
+                "overlap" => FireOutcome::Overlap,
+                "done" => FireOutcome::Done,
+                "early" => FireOutcome::Early,
+                other => return Err(Error::Internal(format!("fire replied {other:?}"))),
+            };
+            Ok(Fired {
+                outcome,
+                now_ms,
+                handled_ms: int(r, 1)?,
+                enqueued_ms: int(r, 2)?,
+            })
+        })
+        .collect()
 }
 
 /// `enqueue.lua`: 3 values per task (created, replaced, due), in the batch's order.

@@ -72,30 +72,36 @@ impl QueueStore {
         replies::enqueued(tasks, &reply)
     }
 
-    /// One fire of a schedule: its task, in the same script that records the fire time,
-    /// so each fire time is enqueued once (`lua/fire.lua`).
-    pub async fn fire(&self, queue: &str, fire: &Fire) -> Result<Fired> {
+    /// Fires of schedules into `queue`, in one script that stores each task and records
+    /// its fire time, so each fire time is enqueued once (`lua/fire.lua`); one answer
+    /// per fire, in order.
+    pub async fn fire(&self, queue: &str, fires: &[Fire]) -> Result<Vec<Fired>> {
         self.name_queue(queue).await?;
         let keys = self.keys(queue);
         let mut call = call(&self.scripts.fire, &keys);
-        let task = &fire.task;
         call.key(self.redis.keys.queue_fired(queue))
             .arg(self.redis.keys.channel(Event::QueueChanged))
             .arg(keys.pending())
-            .arg(&fire.schedule)
-            .arg(fire.at_ms)
-            .arg(if fire.skip_overlap { "s" } else { "a" })
-            .arg(&task.id)
-            .arg(task.payload.as_ref())
-            .arg("a")
-            .arg(fire.at_ms)
-            .arg("k")
-            .arg(task.max_attempts)
-            .arg(0)
-            .arg(task.priority)
-            .arg(&task.group);
+            .arg(fires.len());
+        for fire in fires {
+            call.arg(&fire.schedule)
+                .arg(fire.at_ms)
+                .arg(if fire.skip_overlap { "s" } else { "a" });
+        }
+        for fire in fires {
+            let task = &fire.task;
+            call.arg(&task.id)
+                .arg(task.payload.as_ref())
+                .arg("a")
+                .arg(fire.at_ms)
+                .arg("k")
+                .arg(task.max_attempts)
+                .arg(0)
+                .arg(task.priority)
+                .arg(&task.group);
+        }
         let reply: Vec<redis::Value> = self.invoke_reclaiming(&call).await?;
-        replies::fired(&reply)
+        replies::fired(&reply, fires.len())
     }
 
     /// The last fire time of `schedule` that enqueued a task into `queue` (0: none).

@@ -51,13 +51,14 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// What schedules need of the queues: one fire, the last fire time, and a plain
 /// enqueue (TriggerSchedule). Implemented by the composition root over `QueueStore`.
 pub trait Queues: Send + Sync + 'static {
-    /// Runs one fire of a schedule into `queue` of `tenant`.
+    /// Runs fires of schedules into `queue` of `tenant`, in one script run; one reply
+    /// per call, in order.
     fn fire<'a>(
         &'a self,
         tenant: &'a Tenant,
         queue: &'a str,
-        call: FireCall<'a>,
-    ) -> BoxFuture<'a, Result<FireReply>>;
+        calls: Vec<FireCall<'a>>,
+    ) -> BoxFuture<'a, Result<Vec<FireReply>>>;
 
     /// The last fire time of `schedule` that enqueued a task into `queue` (0: none).
     fn last_fire<'a>(

@@ -13,6 +13,7 @@ mod redis_cost;
 mod report;
 mod sample;
 mod scale;
+mod schedules;
 mod target;
 
 use std::{path::PathBuf, time::Duration};
@@ -50,6 +51,10 @@ pub enum Scenario {
     /// ungrouped rate, a quiet group's pickup behind a million READY tasks, a 1,000/s
     /// rate limit over 10 s, a paused queue's Redis commands/s.
     Groups,
+    /// 10,000 schedules every second over three replicas for a minute: fires against
+    /// fire times, duplicates, lateness at a subscriber, Redis commands and server CPU
+    /// per fire; their idle cost.
+    Schedules,
     /// `lock` and a queue run over 6 queues on one Redis and on a 3-primary Redis
     /// Cluster, each under 1 and 3 server replicas, and on a Redis with a replica
     /// under --redis-wait-replicas 1: started here whatever --server says.
@@ -215,6 +220,7 @@ async fn one_scenario(
             Scenario::Seckill => vec![locks::seckill(target).await?],
             Scenario::Groups => vec![groups::groups(target, args.duration).await?],
             Scenario::Idle => vec![idle::idle(target).await?],
+            Scenario::Schedules => vec![schedules::schedules(target).await?],
             Scenario::Scale => scale::scale(args.concurrency, args.duration).await?,
         }
     })

@@ -160,7 +160,7 @@ impl ServerCpu {
 
 /// utime + stime of `pid` in seconds (fields 14 and 15 of `/proc/<pid>/stat`, after
 /// the parenthesised command name, which may hold spaces).
-fn cpu_seconds(pid: u32) -> Option<f64> {
+pub(super) fn cpu_seconds(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let after_name = &stat[stat.rfind(')')? + 2..];
     let fields: Vec<&str> = after_name.split_whitespace().collect();

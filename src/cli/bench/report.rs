@@ -280,6 +280,35 @@ impl Report {
                     5.0,
                 ),
             ],
+            "schedules" => vec![
+                Goal::at_least(
+                    "fires_over_fire_times",
+                    self.number("fires_enqueued") / self.number("fire_times"),
+                    1.0,
+                ),
+                Goal::at_least(
+                    "sparse_fires_over_fire_times",
+                    self.number("sparse_fires_enqueued") / self.number("sparse_fire_times"),
+                    1.0,
+                ),
+                Goal::at_most("duplicates", self.number("duplicates"), 0.0),
+                // The contract's promptness: a fire at a waiting subscriber. The
+                // lateness of 10,000 fires at one instant is reported, not a goal: it
+                // is the time Redis takes to store them all.
+                Goal::at_most(
+                    "sparse_pickup_p99_ms",
+                    self.number("sparse_pickup_p99_ms"),
+                    10.0,
+                ),
+                // 10,000 schedules between fires cost Redis what idle replicas do (a
+                // few commands a second of slack for the health probes' timing).
+                Goal::at_most(
+                    "idle_extra_redis_commands_per_s",
+                    self.number("idle_with_schedules_redis_commands_per_s")
+                        - self.number("idle_redis_commands_per_s"),
+                    2.0,
+                ),
+            ],
             "seckill" => vec![Goal::at_least(
                 "sales_over_stock",
                 self.number("sales") / self.number("stock"),

@@ -30,6 +30,8 @@ pub struct Target {
     pub redis_url: Option<String>,
     /// The server child's pid, for its RSS (None with `--server`).
     pub server_pid: Option<u32>,
+    /// Every server child's pid, for their CPU time.
+    pub server_pids: Vec<u32>,
     /// The no-op gRPC server's address, for the transport floor.
     pub noop: String,
     /// Children, killed on drop.
@@ -45,6 +47,7 @@ impl Target {
             servers: Vec::new(),
             redis_url,
             server_pid: None,
+            server_pids: Vec::new(),
             noop: String::new(),
             children: Vec::new(),
             embedded: None,
@@ -90,6 +93,7 @@ impl Target {
             servers: Vec::new(),
             redis_url: Some(redis_url.to_owned()),
             server_pid: None,
+            server_pids: Vec::new(),
             noop: String::new(),
             children: Vec::new(),
             embedded: None,
@@ -106,6 +110,7 @@ impl Target {
         ];
         let (child, addr) = spawn_exe(bin, &args).await?;
         target.server_pid = child.id();
+        target.server_pids.extend(child.id());
         target.servers.push(format!("http://{addr}"));
         target.children.push(child);
         target.add_noop().await?;
@@ -125,6 +130,7 @@ impl Target {
             servers: Vec::new(),
             redis_url: Some(redis_url.to_owned()),
             server_pid: None,
+            server_pids: Vec::new(),
             noop: String::new(),
             children: nodes,
             embedded: None,
@@ -150,6 +156,7 @@ impl Target {
         args.extend_from_slice(serve_args);
         let (child, addr) = spawn(&args).await?;
         self.server_pid = self.server_pid.or(child.id());
+        self.server_pids.extend(child.id());
         self.servers.push(format!("http://{addr}"));
         self.children.push(child);
         Ok(())
