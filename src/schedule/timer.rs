@@ -117,6 +117,10 @@ struct Item {
     generation: u64,
 }
 
+/// A fire run that ended: its job, the replies, and the local instants it was sent and
+/// answered.
+type Finished = (Job, Result<Vec<FireReply>>, (i64, i64));
+
 /// The fires due together into one queue: one script run.
 struct Job {
     tenant: Tenant,
@@ -171,7 +175,7 @@ impl Timer {
 
     /// Runs until shutdown: loads the schedules, then fires each at its times.
     pub async fn run(self: Arc<Self>, shutdown: Shutdown) {
-        let mut firing: JoinSet<(Job, Result<Vec<FireReply>>, (i64, i64))> = JoinSet::new();
+        let mut firing: JoinSet<Finished> = JoinSet::new();
         let mut retry_load_at: Option<tokio::time::Instant> = None;
         loop {
             if retry_load_at.is_none_or(|at| at <= tokio::time::Instant::now()) {
