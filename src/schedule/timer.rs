@@ -93,6 +93,8 @@ struct State {
     /// round trip lately ([`Clock`]).
     offset: i64,
     clock: Clock,
+    /// A fire run failed and none has succeeded since (for logging once per outage).
+    failing: bool,
 }
 
 /// The estimate of Redis' clock: a reply's Redis time against the middle of its round
@@ -179,10 +181,16 @@ impl Timer {
         let mut retry_load_at: Option<tokio::time::Instant> = None;
         loop {
             if retry_load_at.is_none_or(|at| at <= tokio::time::Instant::now()) {
-                retry_load_at = None;
-                if let Err(err) = self.reload().await {
-                    tracing::warn!(cause = %err, "schedules not loaded; trying again");
-                    retry_load_at = Some(tokio::time::Instant::now() + RETRY);
+                let failing = retry_load_at.take().is_some();
+                match self.reload().await {
+                    // Said once per outage, not at every retry.
+                    Err(err) if !failing => {
+                        tracing::warn!(cause = %err, "schedules not loaded; trying again");
+                        retry_load_at = Some(tokio::time::Instant::now() + RETRY);
+                    }
+                    Err(_) => retry_load_at = Some(tokio::time::Instant::now() + RETRY),
+                    Ok(()) if failing => tracing::info!("schedules loaded"),
+                    Ok(()) => {}
                 }
             }
             let next = {
@@ -249,7 +257,10 @@ impl Timer {
         let replies = match replies {
             Ok(replies) => replies,
             Err(err) => {
-                tracing::warn!(queue = %job.queue, fires = job.items.len(), cause = %err, "fires failed; trying again");
+                // Said once per outage, not for every run of every retry.
+                if !std::mem::replace(&mut state.failing, true) {
+                    tracing::warn!(queue = %job.queue, fires = job.items.len(), cause = %err, "fires failed; trying again");
+                }
                 let retry = now_ms() + state.offset + RETRY.as_millis() as i64;
                 for item in &job.items {
                     if let Some(entry) = state.entries.get_mut(&item.id) {
@@ -265,6 +276,9 @@ impl Timer {
         };
         if let Some(reply) = replies.first() {
             state.sample_clock(reply.now_ms, trip);
+        }
+        if std::mem::take(&mut state.failing) {
+            tracing::info!("fires succeed again");
         }
         for (item, reply) in job.items.iter().zip(replies) {
             self.finish_one(&mut state, item, reply);

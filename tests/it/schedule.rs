@@ -567,3 +567,44 @@ async fn a_replica_killed_as_it_fires_loses_and_repeats_no_fire_time(
     }
     Ok(())
 }
+
+/// Redis down for three fire times and back with its data (a restart, as a failover
+/// that loses nothing would look): the fire times of the outage are caught up, each
+/// once, with none lost or repeated around it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fire_times_missed_while_redis_was_down_are_each_enqueued_once() -> TestResult {
+    let mut redis = common::TestRedis::start_durable().await;
+    let server = TestServer::start(&redis).await;
+    let mut schedule = every("outage", "redis-outage", 1000);
+    schedule.catch_up_window = ms(30_000);
+    put(&mut server.schedules().await, schedule).await?;
+    common::eventually("a first fire", common::WAIT, || async {
+        !ids_in(&mut server.queues().await, "redis-outage", TaskState::Ready)
+            .await
+            .unwrap_or_default()
+            .is_empty()
+    })
+    .await;
+    redis.kill().await;
+    // The outage itself: three fire times pass with Redis down.
+    tokio::time::sleep(Duration::from_millis(3200)).await;
+    redis.restart().await;
+    let up_at = common::redis_now_ms(&mut redis.conn().await).await;
+    common::eventually("the outage caught up", common::WAIT, || async {
+        let ids = ids_in(&mut server.queues().await, "redis-outage", TaskState::Ready)
+            .await
+            .unwrap_or_default();
+        ids.last().is_some_and(|last| fire_time(last) >= up_at)
+    })
+    .await;
+    let ids = ids_in(&mut server.queues().await, "redis-outage", TaskState::Ready).await?;
+    let times: Vec<i64> = ids.iter().map(|id| fire_time(id)).collect();
+    for pair in times.windows(2) {
+        assert_eq!(
+            pair[1] - pair[0],
+            1000,
+            "a fire time lost or repeated: {ids:?}"
+        );
+    }
+    Ok(())
+}
