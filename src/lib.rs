@@ -1,5 +1,5 @@
-//! turnstile: distributed locks and task queues over gRPC, kept in Redis, every state
-//! change one Lua script. This library is the server; the client-side code (the
+//! turnstile: distributed locks, task queues and schedules over gRPC, kept in Redis,
+//! every state change one Lua script. This library is the server; the client-side code (the
 //! command line, the benchmark) lives in the binary's own module tree and uses only
 //! what is public here.
 //!
@@ -9,10 +9,12 @@
 //!   defaults beside their flags) and [`server`] (`run(config, listener, shutdown)`
 //!   wires the layers below; `main` and the tests both call it).
 //! - the gRPC face, [`grpc`]: the only code that knows tonic and the protobuf types:
-//!   router, the one RPC path, the lock and queue adapters, the auth layer, wire,
+//!   router, the one RPC path, the lock, queue and schedule adapters, the auth layer, wire,
 //!   connections, TLS, deadlines, heartbeats, trace context, health, [`pb`].
-//! - the domain: [`lock`] (`LockStore`, Hold, waiters) and [`queue`] (`QueueStore`,
-//!   long polls, the Subscribe scheduler), each with its Lua scripts.
+//! - the domain: [`lock`] (`LockStore`, Hold, waiters), [`queue`] (`QueueStore`,
+//!   long polls, the Subscribe scheduler) and [`schedule`] (`ScheduleStore`, fire
+//!   times, the fire timer; it enqueues through a port the composition root fills
+//!   with the queue store), each with its Lua scripts.
 //! - below the domain: [`redis`] (connections, keys, scripts, events, the embedded
 //!   `redis-server`), [`auth`] (tokens, tenants, permissions: policy only),
 //!   [`metrics`].

@@ -159,16 +159,6 @@ impl Timer {
         let _ = self.metrics.set(metrics.clone());
     }
 
-    /// How many schedules this replica times (for tests and the bench).
-    pub fn len(&self) -> usize {
-        self.lock().entries.len()
-    }
-
-    /// Whether it times none.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state
             .lock()
