@@ -344,13 +344,39 @@ impl Timer {
             };
             let redis = self.redis.tenant(&tenant);
             let [defs, _, since] = redis.keys.schedules();
-            let jsons: HashMap<String, Vec<u8>> =
-                redis.query(redis::cmd("HGETALL").arg(&defs)).await?;
-            let sinces: HashMap<String, i64> =
-                redis.query(redis::cmd("HGETALL").arg(&since)).await?;
-            for (schedule, json) in jsons {
-                let since = sinces.get(&schedule).copied().unwrap_or(0);
-                found.push((tenant.clone(), schedule, json, since));
+            // HSCAN, a bounded run per command: one HGETALL of 100,000 schedules
+            // would hold Redis for tens of milliseconds.
+            let mut cursor = 0u64;
+            loop {
+                let (next, flat): (u64, Vec<Vec<u8>>) = redis
+                    .query(
+                        redis::cmd("HSCAN")
+                            .arg(&defs)
+                            .arg(cursor)
+                            .arg("COUNT")
+                            .arg(RELOAD_RUN),
+                    )
+                    .await?;
+                let pairs: Vec<(String, Vec<u8>)> = flat
+                    .chunks(2)
+                    .filter_map(|pair| match pair {
+                        [name, json] => Some((String::from_utf8(name.clone()).ok()?, json.clone())),
+                        _ => None,
+                    })
+                    .collect();
+                if !pairs.is_empty() {
+                    let names: Vec<&str> = pairs.iter().map(|(name, _)| name.as_str()).collect();
+                    let sinces: Vec<Option<i64>> = redis
+                        .query(redis::cmd("HMGET").arg(&since).arg(&names))
+                        .await?;
+                    for ((schedule, json), since) in pairs.into_iter().zip(sinces) {
+                        found.push((tenant.clone(), schedule, json, since.unwrap_or(0)));
+                    }
+                }
+                cursor = next;
+                if cursor == 0 {
+                    break;
+                }
             }
         }
         let now = now_ms();
