@@ -13,6 +13,7 @@ pub enum Method {
     ReleaseAll,
     Hold,
     CheckFence,
+    Watch,
     // QueueService
     Enqueue,
     Lease,
@@ -45,7 +46,7 @@ pub const SCHEDULE_SERVICE: &str = "turnstile.v1.ScheduleService";
 
 impl Method {
     /// Every method, in the order of [`Method::index`].
-    pub const ALL: [Method; 26] = [
+    pub const ALL: [Method; 27] = [
         Method::Acquire,
         Method::Release,
         Method::Extend,
@@ -53,6 +54,7 @@ impl Method {
         Method::ReleaseAll,
         Method::Hold,
         Method::CheckFence,
+        Method::Watch,
         Method::Enqueue,
         Method::Lease,
         Method::Ack,
@@ -89,6 +91,7 @@ impl Method {
             Method::ReleaseAll => "ReleaseAll",
             Method::Hold => "Hold",
             Method::CheckFence => "CheckFence",
+            Method::Watch => "Watch",
             Method::Enqueue => "Enqueue",
             Method::Lease => "Lease",
             Method::Ack => "Ack",
@@ -121,7 +124,8 @@ impl Method {
             | Method::Describe
             | Method::ReleaseAll
             | Method::Hold
-            | Method::CheckFence => LOCK_SERVICE,
+            | Method::CheckFence
+            | Method::Watch => LOCK_SERVICE,
             Method::Enqueue
             | Method::Lease
             | Method::Ack
@@ -147,7 +151,7 @@ impl Method {
     /// Whether it answers with a server stream (its calls are counted when they end,
     /// and have no duration).
     pub fn is_stream(self) -> bool {
-        matches!(self, Method::Hold | Method::Subscribe)
+        matches!(self, Method::Hold | Method::Subscribe | Method::Watch)
     }
 
     /// The method an HTTP/2 path (`/turnstile.v1.LockService/Acquire`) calls, if it is
@@ -163,6 +167,7 @@ impl Method {
             (LOCK_SERVICE, "ReleaseAll") => Method::ReleaseAll,
             (LOCK_SERVICE, "Hold") => Method::Hold,
             (LOCK_SERVICE, "CheckFence") => Method::CheckFence,
+            (LOCK_SERVICE, "Watch") => Method::Watch,
             (QUEUE_SERVICE, "Enqueue") => Method::Enqueue,
             (QUEUE_SERVICE, "Lease") => Method::Lease,
             (QUEUE_SERVICE, "Ack") => Method::Ack,

@@ -188,6 +188,7 @@ async fn serve(
         nodes,
         vec![
             locks.event_route(),
+            locks.changed_route(),
             queues.event_route(),
             scheduler.event_route(),
             schedules.event_route(),

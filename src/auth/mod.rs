@@ -84,7 +84,8 @@ impl Permission {
             | Method::Describe
             | Method::ReleaseAll
             | Method::Hold
-            | Method::CheckFence => Self::Lock,
+            | Method::CheckFence
+            | Method::Watch => Self::Lock,
             Method::Enqueue => Self::Produce,
             Method::Lease
             | Method::Ack

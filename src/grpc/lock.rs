@@ -14,7 +14,9 @@ use super::{
 use crate::{
     error::{Error, Result},
     limits::MAX_WAIT,
-    lock::{hold, AcquireOutcome, AcquireSpec, Holder, LockStore, DEFAULT_TTL, MAX_TTL, MIN_TTL},
+    lock::{
+        hold, watch, AcquireOutcome, AcquireSpec, Holder, LockStore, DEFAULT_TTL, MAX_TTL, MIN_TTL,
+    },
     method::Method,
     redis::TenantScoped,
     time::{now_ms, timestamp_from_ms},
@@ -231,6 +233,19 @@ impl LockService for LockApi {
         .await
     }
 
+    type WatchStream = ResponseStream<pb::WatchResponse>;
+
+    async fn watch(
+        &self,
+        request: Request<pb::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        rpc::stream(Method::Watch, self.heartbeat, request, |call, r| {
+            let name = lock_name(&r.name)?;
+            let events = self.store.tenant(&call.tenant).watch(name)?;
+            Ok(events.map(|event| event.map(watch_response)))
+        })
+    }
+
     type HoldStream = ResponseStream<pb::HoldResponse>;
 
     async fn hold(
@@ -249,6 +264,25 @@ impl LockService for LockApi {
             let events = self.store.tenant(&call.tenant).hold(spec)?;
             Ok(events.map(|event| event.map(hold_response)))
         })
+    }
+}
+
+fn watch_response(event: watch::WatchEvent) -> pb::WatchResponse {
+    use pb::watch_response::{Event, Free};
+    let event = match event {
+        watch::WatchEvent::Held(holder) => Event::Held(lock_info(holder)),
+        watch::WatchEvent::Free(fencing_token) => Event::Free(Free { fencing_token }),
+    };
+    pb::WatchResponse { event: Some(event) }
+}
+
+impl rpc::Heartbeat for pb::WatchResponse {
+    fn heartbeat() -> Self {
+        pb::WatchResponse {
+            event: Some(pb::watch_response::Event::Heartbeat(pb::Heartbeat {
+                sent_at: Some(timestamp_from_ms(now_ms())),
+            })),
+        }
     }
 }
 

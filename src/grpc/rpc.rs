@@ -215,6 +215,7 @@ impl Counted {
         let kind = match method {
             Method::Hold => Some(StreamKind::Hold),
             Method::Subscribe => Some(StreamKind::Subscribe),
+            Method::Watch => Some(StreamKind::Watch),
             _ => None,
         };
         Self {

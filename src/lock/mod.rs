@@ -15,6 +15,7 @@ mod owner_index;
 mod scripts;
 mod store;
 pub(crate) mod waiters;
+pub(crate) mod watch;
 
 use std::{sync::Arc, time::Duration};
 
@@ -34,6 +35,7 @@ pub use model::{
 use owner_index::OwnerIndex;
 pub use scripts::LockScripts;
 use waiters::Waiters;
+use watch::Watchers;
 
 /// Default lease (`ttl` unset).
 pub const DEFAULT_TTL: Duration = Duration::from_secs(15);
@@ -52,6 +54,8 @@ pub struct LockStore {
     scripts: Arc<LockScripts>,
     /// This replica's waiting calls, woken by pub/sub.
     waiters: Arc<Waiters>,
+    /// This replica's Watch streams, woken by pub/sub.
+    watchers: Arc<Watchers>,
     /// Where won locks are recorded for `ReleaseAll`.
     index: Arc<OwnerIndex>,
     limits: Limits,
@@ -72,6 +76,7 @@ impl LockStore {
             redis,
             scripts: Arc::new(LockScripts::new()),
             waiters: Arc::default(),
+            watchers: Arc::default(),
             limits,
             shutdown,
         }
@@ -82,12 +87,22 @@ impl LockStore {
         &self.scripts
     }
 
-    /// Where lock-released messages go: the sink waking this replica's waiters.
+    /// Where lock-released messages go: the sink waking this replica's waiters (the
+    /// head of the lock's line) and watchers.
     pub fn event_route(&self) -> Route {
         let sink = Arc::new(WakeSink {
             waiters: self.waiters.clone(),
+            watchers: self.watchers.clone(),
         });
         self.redis.route(Event::LockReleased, sink)
+    }
+
+    /// Where lock-changed messages (a watched name won) go: this replica's watchers.
+    pub fn changed_route(&self) -> Route {
+        let sink = Arc::new(ChangeSink {
+            watchers: self.watchers.clone(),
+        });
+        self.redis.route(Event::LockChanged, sink)
     }
 
     /// The server's shutdown handle (streams watch it).
@@ -112,19 +127,39 @@ impl LockStore {
     }
 }
 
-/// Routes lock-released messages to the waiting calls of this replica.
+/// Routes lock-released messages to the waiting calls and watchers of this replica.
 struct WakeSink {
     waiters: Arc<Waiters>,
+    watchers: Arc<Watchers>,
 }
 
 impl EventSink for WakeSink {
     fn on_message(&self, _channel: &str, payload: &[u8]) {
         if let Ok(key) = std::str::from_utf8(payload) {
             self.waiters.wake_head(key);
+            self.watchers.wake(key);
         }
     }
 
     fn on_subscribed(&self) {
         self.waiters.wake_all_heads();
+        self.watchers.wake_all();
+    }
+}
+
+/// Routes lock-changed messages to the watchers of this replica.
+struct ChangeSink {
+    watchers: Arc<Watchers>,
+}
+
+impl EventSink for ChangeSink {
+    fn on_message(&self, _channel: &str, payload: &[u8]) {
+        if let Ok(key) = std::str::from_utf8(payload) {
+            self.watchers.wake(key);
+        }
+    }
+
+    fn on_subscribed(&self) {
+        self.watchers.wake_all();
     }
 }

@@ -32,11 +32,13 @@ impl LockStore {
         let keys = self.redis.keys.lock(&spec.name);
         let mut call = self.scripts.acquire.key(&keys.lock);
         call.key(&keys.fence)
+            .key(&keys.watched)
             .arg(token)
             .arg(&spec.owner)
             .arg(ttl_ms(spec.ttl))
             .arg(&spec.request_id)
-            .arg(if will_wait { "1" } else { "0" });
+            .arg(if will_wait { "1" } else { "0" })
+            .arg(self.redis.keys.channel(Event::LockChanged));
         let attempt = if *indexed {
             self.redis.invoke_keyed(&keys.lock, &call).await
         } else {

@@ -53,6 +53,7 @@ const CODES: usize = CODE_NAMES.len();
 pub enum StreamKind {
     Hold,
     Subscribe,
+    Watch,
 }
 
 /// A Prometheus metric type.
@@ -246,7 +247,7 @@ struct Inner {
     tenant_label: bool,
     requests: [[AtomicU64; CODES]; Method::ALL.len()],
     durations: [Histogram; Method::ALL.len()],
-    streams: [AtomicI64; 2],
+    streams: [AtomicI64; 3],
     lateness: Histogram,
     /// Schedule fires that enqueued a task, and their lateness.
     fires: AtomicU64,
@@ -514,6 +515,7 @@ impl Metrics {
             [
                 ("hold", StreamKind::Hold),
                 ("subscribe", StreamKind::Subscribe),
+                ("watch", StreamKind::Watch),
             ]
             .map(|(kind, at)| {
                 let open = m.streams[at as usize].load(Ordering::Relaxed);

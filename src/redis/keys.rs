@@ -37,6 +37,9 @@ pub struct LockKeys {
     pub lock: String,
     /// The last fencing token handed out for this name; outlives the lease.
     pub fence: String,
+    /// Set while a Watch stream watches the name (`src/lock/lua/watch.lua`), so that
+    /// a win publishes lock-changed.
+    pub watched: String,
 }
 
 /// The keys of one queue, all in one hash slot; see `src/queue/lua/include/keys.lua` for what
@@ -66,6 +69,8 @@ pub enum Event {
     QueueChanged,
     /// A freed Subscribe slot (message: the subscription's worker tag).
     SlotFreed,
+    /// A watched lock won by a new holder (message: its lock key).
+    LockChanged,
     /// A schedule put or deleted (message: the schedule's name; the tenant is the
     /// channel's last component).
     ScheduleChanged,
@@ -77,6 +82,7 @@ impl Event {
             Self::LockReleased => "lock-released",
             Self::QueueChanged => "queue-changed",
             Self::SlotFreed => "slot-freed",
+            Self::LockChanged => "lock-changed",
             Self::ScheduleChanged => "schedule-changed",
         }
     }
@@ -114,6 +120,7 @@ impl Keys {
         let lock = format!("{}:lock:{{{}}}", self.space, encode(name));
         LockKeys {
             fence: format!("{lock}:fence"),
+            watched: format!("{lock}:watched"),
             lock,
         }
     }
@@ -315,10 +322,12 @@ mod tests {
                 .iter()
                 .chain(&["LockRoom:{42}", "a{b}c{d}", "{}"])
             {
-                // The lock scripts take [lock, fence]; release, extend, describe and
-                // release_owner the lock alone.
+                // The lock scripts take [lock, fence, watched] (acquire), [lock,
+                // watched] (watch); release, extend, describe and release_owner the
+                // lock alone.
                 let lock = keys.lock(name);
                 assert_eq!(slot(&lock.lock), slot(&lock.fence), "{tenant} {name}");
+                assert_eq!(slot(&lock.lock), slot(&lock.watched), "{tenant} {name}");
                 // Every queue script takes all nine queue keys.
                 let queue = keys.queue(name);
                 let first = slot(&queue.all[0]);
@@ -343,6 +352,7 @@ mod tests {
         ] {
             let lock = keys.lock(name);
             assert_eq!(hash_tag(&lock.lock), hash_tag(&lock.fence), "{name}");
+            assert_eq!(hash_tag(&lock.lock), hash_tag(&lock.watched), "{name}");
             assert!(!hash_tag(&lock.lock).contains(['{', '}']), "{name}");
             assert_eq!(lock_name(&keys, &lock.lock).as_deref(), Some(name));
         }

@@ -76,7 +76,7 @@ fn write_auth_file(path: &PathBuf, grants: &[(&str, &str, &[&str])]) -> PathBuf 
 const ALL: &[&str] = &["lock", "produce", "consume", "admin"];
 
 /// Every RPC, and the permission the contract says it needs.
-const RPCS: [(&str, &str); 26] = [
+const RPCS: [(&str, &str); 27] = [
     ("Acquire", "lock"),
     ("Release", "lock"),
     ("Extend", "lock"),
@@ -84,6 +84,7 @@ const RPCS: [(&str, &str); 26] = [
     ("ReleaseAll", "lock"),
     ("Hold", "lock"),
     ("CheckFence", "lock"),
+    ("Watch", "lock"),
     ("Enqueue", "produce"),
     ("Lease", "consume"),
     ("Ack", "consume"),
@@ -153,6 +154,12 @@ async fn call(
             .check_fence(pb::CheckFenceRequest {
                 name,
                 fencing_token: 1,
+            })
+            .await
+            .map(drop),
+        "Watch" => locks
+            .watch(pb::WatchRequest {
+                name: "perm-watch".into(),
             })
             .await
             .map(drop),

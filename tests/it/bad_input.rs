@@ -19,7 +19,7 @@ use turnstile::{
         HoldRequest, LeaseRequest, ListGroupsRequest, ListQueuesRequest, ListSchedulesRequest,
         NackRequest, PeekRequest, PutScheduleRequest, RateLimit, RedriveRequest, ReleaseAllRequest,
         ReleaseRequest, Schedule, ScheduledTask, StatsRequest, SubscribeRequest, TaskSpec,
-        TaskState, TriggerScheduleRequest,
+        TaskState, TriggerScheduleRequest, WatchRequest,
     },
 };
 
@@ -880,13 +880,21 @@ async fn every_bad_field_of_every_rpc_is_invalid_argument_naming_it_before_redis
         }
     );
 
+    case!(
+        locks.watch,
+        "name",
+        WatchRequest {
+            name: String::new()
+        }
+    );
+
     let scripts = redis.command_calls("evalsha").await;
     let total = cases.len();
     for (label, field, call) in cases {
         let status = call.await.expect_err(&label);
         assert_eq!(named_field(&status), field, "{label}");
     }
-    assert_eq!(total, 127, "cases dropped from the table");
+    assert_eq!(total, 128, "cases dropped from the table");
     assert_eq!(
         redis.command_calls("evalsha").await,
         scripts,

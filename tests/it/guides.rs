@@ -288,6 +288,7 @@ async fn the_python_examples_run_as_printed() -> TestResult {
         let fencing = block.code.contains("CheckFence(");
         let flow = block.code.contains("group_max_in_flight=1");
         let schedule = block.code.contains("PutSchedule(");
+        let watch = block.code.contains("locks.Watch(");
         let printed = tokio::task::spawn_blocking(move || {
             let mut python = Command::new(dir.join(".venv/bin/python"));
             python
@@ -306,6 +307,14 @@ async fn the_python_examples_run_as_printed() -> TestResult {
             ] {
                 assert!(printed.contains(wanted), "no {wanted:?} in {printed}");
             }
+        }
+        // The watcher saw no leader, then db-2, then no leader again.
+        if watch {
+            assert!(
+                printed.contains("no leader")
+                    && printed.contains("leader: db-2 with fencing token"),
+                "{printed}"
+            );
         }
         // The schedule was stored and answers its next fire time.
         if schedule {

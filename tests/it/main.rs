@@ -24,3 +24,4 @@ mod schedule;
 mod scripts;
 mod server;
 mod subscribe;
+mod watch;

@@ -47,7 +47,7 @@ fn every_script_carries_only_the_helpers_it_names_and_no_bare_keys() {
         .chain(queues.all())
         .chain(schedules.all())
         .collect();
-    assert_eq!(all.len(), 25);
+    assert_eq!(all.len(), 26);
     for script in &all {
         let source = script.source;
         // Read only exactly when it says so on its first line, which Redis enforces.
@@ -89,12 +89,13 @@ fn every_script_carries_only_the_helpers_it_names_and_no_bare_keys() {
     assert!(describe.text.contains("local function unpack_lease"));
     assert!(!describe.text.contains("free_lock"));
     assert!(describe.text.starts_with(NO_WRITES));
-    // Peek, Stats and ListGroups return expired leases first, which is a write: not
+    // Watch's writes are marks. Peek, Stats and ListGroups return expired leases
+    // first, which is a write: not
     // read only; but their answers tell nobody that something was stored, so they
     // alone of the scripts that write do not wait for replicas.
     for script in &all {
         let answers_only =
-            ["peek.lua", "stats.lua", "list_groups.lua"].contains(&script.source.name);
+            ["peek.lua", "stats.lua", "list_groups.lua", "watch.lua"].contains(&script.source.name);
         assert_eq!(
             script.confirms,
             script.writes && !answers_only,
@@ -211,12 +212,12 @@ async fn lock_scripts_release_only_their_own_lease_and_a_takeover_locks_out_the_
             .find(|script| script.source.name == name)
             .unwrap()
     };
-    let keys = ["lock".to_owned(), "fence".to_owned()];
+    let keys = ["lock".to_owned(), "fence".to_owned(), "watched".to_owned()];
     let won: Vec<redis::Value> = eval(
         &mut conn,
         by("acquire.lua"),
         &keys,
-        &["tok-a", "ada", "60000", "r1", "1"],
+        &["tok-a", "ada", "60000", "r1", "1", "ch"],
     )
     .await?;
     assert_eq!(won[0], redis::Value::Int(1));
@@ -225,7 +226,7 @@ async fn lock_scripts_release_only_their_own_lease_and_a_takeover_locks_out_the_
         &mut conn,
         by("acquire.lua"),
         &keys,
-        &["tok-b", "ada", "60000", "r1", "0"],
+        &["tok-b", "ada", "60000", "r1", "0", "ch"],
     )
     .await?;
     assert_eq!(again[1], won[1]);
@@ -233,7 +234,7 @@ async fn lock_scripts_release_only_their_own_lease_and_a_takeover_locks_out_the_
         &mut conn,
         by("acquire.lua"),
         &keys,
-        &["tok-c", "bob", "60000", "", "1"],
+        &["tok-c", "bob", "60000", "", "1", "ch"],
     )
     .await?;
     assert_eq!(other[0], redis::Value::Int(0));

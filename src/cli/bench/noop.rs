@@ -122,4 +122,17 @@ impl LockService for NoopLocks {
             "the no-op server answers Acquire and Release only",
         ))
     }
+
+    type WatchStream = std::pin::Pin<
+        Box<dyn tokio_stream::Stream<Item = Result<pb::WatchResponse, Status>> + Send>,
+    >;
+
+    async fn watch(
+        &self,
+        _: Request<pb::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        Err(Status::unimplemented(
+            "the no-op server answers Acquire and Release only",
+        ))
+    }
 }

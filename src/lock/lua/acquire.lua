@@ -6,27 +6,30 @@
 -- ARGV[2]  owner
 -- ARGV[3]  ttl in ms
 -- ARGV[4]  request_id ('' for none)
+-- KEYS[3]  watched: set while a Watch stream watches the name (watch.lua)
 -- ARGV[5]  '1' if the caller will wait when the lock is held (marks the lease so that
 --          its release publishes a wake-up), else '0'
+-- ARGV[6]  the lock-changed channel: a win of a watched name is published on it (the
+--          lock key), and the new lease is marked so that its end is published too
 -- Clock: Redis TIME. fencing = max(last + 1, TIME in µs): strictly increasing even if
 -- a crash lost the fence's last second of writes, as long as the Redis clock does not
 -- run backwards. Numbers stay Lua numbers (exact below 2^53; µs since 1970 are ~2^51).
 -- Returns {1, token, fencing, expires_at_ms} acquired (or the same lease again for a
 -- retried owner + request_id), {0, owner, fencing, expires_at_ms} held by another.
 --- @include "lease"
-local lock, fence = KEYS[1], KEYS[2]
-local new_token, caller_owner, ttl_ms, caller_request_id, will_wait =
-  ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local lock, fence, watched = KEYS[1], KEYS[2], KEYS[3]
+local new_token, caller_owner, ttl_ms, caller_request_id, will_wait, changed_channel =
+  ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 
-local got = redis.call('MGET', lock, fence)
+local got = redis.call('MGET', lock, fence, watched)
 if got[1] then
   local token, waited, fencing, expires_at, owner, request_id, attach = unpack_lease(got[1])
   if caller_request_id ~= '' and owner == caller_owner and request_id == caller_request_id then
     return {1, token, fencing, expires_at}
   end
-  if will_wait == '1' and waited == 0 then
-    redis.call('SET', lock, pack_lease(token, 1, fencing, expires_at, owner, request_id, attach),
-      'KEEPTTL')
+  if will_wait == '1' and waited % 2 == 0 then
+    redis.call('SET', lock,
+      pack_lease(token, waited + WAITER, fencing, expires_at, owner, request_id, attach), 'KEEPTTL')
   end
   return {0, owner, fencing, expires_at}
 end
@@ -38,7 +41,14 @@ if got[2] and got[2] + 1 > now_us then
 end
 local ttl = tonumber(ttl_ms)
 local expires_at = (now_us - now_us % 1000) / 1000 + ttl
-redis.call('SET', lock, pack_lease(new_token, 0, fencing, expires_at, caller_owner,
+local marks = 0
+if got[3] then
+  marks = WATCHER
+end
+redis.call('SET', lock, pack_lease(new_token, marks, fencing, expires_at, caller_owner,
   caller_request_id), 'PX', ttl)
 redis.call('SET', fence, fencing, 'PX', ttl + 60000)
+if got[3] then
+  redis.call('PUBLISH', changed_channel, lock)
+end
 return {1, new_token, fencing, expires_at}

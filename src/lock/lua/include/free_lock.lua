@@ -1,9 +1,10 @@
--- free_lock.lua: ends a lease (deletes the lock key) and, when a waiter marked the
--- lease (`waited` 1), publishes the lock key on the lock-released channel, so that one
--- waiter per replica wakes at once. Release and ReleaseAll end a lease this one way.
+-- free_lock.lua: ends a lease (deletes the lock key) and, when a waiter or a watcher
+-- marked the lease (`waited` not 0), publishes the lock key on the lock-released
+-- channel, so that one waiter per replica wakes at once, and every watcher. Release
+-- and ReleaseAll end a lease this one way.
 local function free_lock(lock, waited, released_channel)
   redis.call('DEL', lock)
-  if waited == 1 then
+  if waited ~= 0 then
     redis.call('PUBLISH', released_channel, lock)
   end
 end

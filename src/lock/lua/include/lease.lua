@@ -2,12 +2,15 @@
 -- or SET reads or writes all of it; a hash would cost an HSET of five fields plus a
 -- PEXPIRE, and Lua's share of Redis' time per script is mostly its redis.call()s). The
 -- key's PX is the lease, so an expired lease is gone.
--- Layout: token, waited (1 once a waiter asked for a wake-up), fencing, expires_at
+-- Layout: token, waited (marks: WAITER once a waiter asked for a wake-up, plus WATCHER
+-- once a Watch stream did; either makes the lease's end publish), fencing, expires_at
 -- (Unix ms), owner, request_id ('' for none); strings length-prefixed. Then, only once
 -- a Hold stream re-attached, the attach generation (a double): absent means 0, so a
 -- lease never re-attached costs no byte more.
 -- The layout is defined here and nowhere else.
 local LEASE = '<Hc0BddHc0Hc0'
+-- The marks of `waited`.
+local WAITER, WATCHER = 1, 2
 
 -- The lease in a lock value: token, waited, fencing, expires_at, owner, request_id,
 -- attach generation.
