@@ -5,7 +5,8 @@
 //! embedded Redis).
 //!
 //! - [`bench`]: the benchmark.
-//! - [`lock`] and [`work`]: run a command under a lock, or once per task.
+//! - [`lock`] and [`work`]: run a command under a lock, or once per task; [`watch`]:
+//!   print a lock's changes.
 //! - [`admin`]: `enqueue`, `stats`, `peek`, `cancel`, `redrive`.
 //! - [`flow`]: `queues`, `pause`, `resume`, `limit`.
 //! - [`schedule`]: `schedule put/ls/rm/pause/resume/trigger`.
@@ -20,6 +21,7 @@ pub mod lock;
 pub mod output;
 pub mod run;
 pub mod schedule;
+pub mod watch;
 pub mod work;
 
 use std::process::ExitCode;
@@ -32,6 +34,9 @@ pub enum ClientCommand {
     /// Run a command while holding a lock (exit: the command's status; 75 not
     /// acquired within --wait; 70 lost while it ran).
     Lock(lock::LockArgs),
+    /// Print a lock's holder now and each change (a line, or JSON with --json), until
+    /// interrupted.
+    Watch(watch::WatchArgs),
     /// Run a command once per task of a queue: payload on stdin, exit 0 acks,
     /// anything else nacks with backoff; SIGTERM drains.
     Work(work::WorkArgs),
@@ -64,6 +69,7 @@ impl ClientCommand {
     pub async fn run(self) -> ExitCode {
         client::finish(match self {
             ClientCommand::Lock(args) => lock::run(args).await,
+            ClientCommand::Watch(args) => watch::run(args).await,
             ClientCommand::Work(args) => work::run(args).await,
             ClientCommand::Enqueue(args) => admin::enqueue(args).await,
             ClientCommand::Stats(args) => admin::stats(args).await,

@@ -864,3 +864,44 @@ async fn schedule_put_ls_pause_resume_trigger_and_rm() -> TestResult {
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_prints_the_holder_now_and_each_change_as_json() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut child = cli(&server)
+        .args(["watch", "primary", "--json"])
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let lines = Lines::follow(child.stdout.take().unwrap());
+    lines
+        .wait_for("free at first", |lines| lines.len() == 1)
+        .await;
+    let mut locks = server.locks().await;
+    let won = locks
+        .acquire(pb::AcquireRequest {
+            name: "primary".into(),
+            owner: "db-1".into(),
+            ttl: common::ms(60_000),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    lines.wait_for("the holder", |lines| lines.len() == 2).await;
+    locks
+        .release(pb::ReleaseRequest {
+            name: "primary".into(),
+            token: won.token,
+        })
+        .await?;
+    lines.wait_for("free again", |lines| lines.len() == 3).await;
+    let events: Vec<serde_json::Value> = lines.all().iter().map(|l| json(l)).collect();
+    assert_eq!(events[0]["event"], "free");
+    assert_eq!(events[1]["event"], "held");
+    assert_eq!(events[1]["owner"], "db-1");
+    assert_eq!(events[1]["fencing_token"], won.fencing_token);
+    assert_eq!(events[2]["event"], "free");
+    assert_eq!(events[2]["fencing_token"], won.fencing_token);
+    child.kill().await?;
+    Ok(())
+}
