@@ -520,7 +520,7 @@ fn assert_fields(line: &serde_json::Value, fields: &[&str]) {
 fn bench_runs_its_scenarios_and_reports_json() {
     let lines = bench_json(
         &["--duration", "300ms", "--concurrency", "8"],
-        &["lock", "handoff", "queue", "pickup", "seckill"],
+        &["lock", "handoff", "queue", "pickup", "seckill", "watch"],
         &[
             "lock",
             "handoff",
@@ -528,6 +528,7 @@ fn bench_runs_its_scenarios_and_reports_json() {
             "queue_batched",
             "pickup",
             "seckill",
+            "watch",
         ],
     );
     let floor = ["floor_ops_per_s", "ratio_to_floor"];

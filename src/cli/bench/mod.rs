@@ -15,6 +15,7 @@ mod sample;
 mod scale;
 mod schedules;
 mod target;
+mod watch;
 
 use std::{path::PathBuf, time::Duration};
 
@@ -36,6 +37,9 @@ pub enum Scenario {
     Lock,
     /// Clients queued on one name: Release → next Acquire latency.
     Handoff,
+    /// A `Watch` stream on one name: from an Acquire or Release sent to the watcher's
+    /// event.
+    Watch,
     /// Producers and Subscribe workers end to end, one Ack per task and batched.
     Queue,
     /// Enqueue → push to an idle subscriber, one task every 5 ms.
@@ -211,6 +215,7 @@ async fn one_scenario(
         match scenario {
             Scenario::Lock => vec![locks::lock(target, args.concurrency, args.duration).await?],
             Scenario::Handoff => vec![locks::handoff(target, args.duration).await?],
+            Scenario::Watch => vec![watch::watch(target, args.duration).await?],
             Scenario::Queue => vec![
                 queues::queue(target, args.duration, false).await?,
                 queues::queue(target, args.duration, true).await?,

@@ -238,6 +238,8 @@ impl Report {
                 0.6,
             )],
             "handoff" => vec![Goal::at_most("p99_ms", p99, 2.0)],
+            // The contract: a change reaches a watcher within 10 ms at p99.
+            "watch" => vec![Goal::at_most("p99_ms", p99, 10.0)],
             "queue" => vec![Goal::at_least("ops_per_s", self.ops_per_s, 35_000.0)],
             "queue_batched" => vec![Goal::at_least(
                 "ratio_to_floor",
