@@ -214,3 +214,34 @@ async fn an_idle_watch_carries_heartbeats() -> TestResult {
         .await;
     Ok(())
 }
+
+/// Redis restarts under a watcher (its pub/sub connection is made again, and messages
+/// sent meanwhile are lost): the watcher still ends at the current state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_ends_at_the_current_state_across_a_redis_restart() -> TestResult {
+    let mut redis = common::TestRedis::start_durable().await;
+    let server = TestServer::start(&redis).await;
+    let mut stream = watch(&mut server.locks().await, "restart").await?;
+    assert_eq!(free(&mut stream).await, 0);
+    let mut locks = server.locks().await;
+    let (token, fencing) = take(&mut locks, "restart", "ada", 60_000).await;
+    assert_eq!(held(&mut stream).await.fencing_token, fencing);
+    redis.restart().await;
+    // The lease survived (append-only file); its release, once Redis answers again,
+    // reaches the watcher by its message or by the look every stream takes when the
+    // subscription is made again.
+    common::eventually("the release after the restart", common::WAIT, || async {
+        server
+            .locks()
+            .await
+            .release(ReleaseRequest {
+                name: "restart".into(),
+                token: token.clone(),
+            })
+            .await
+            .is_ok_and(|r| r.into_inner().released)
+    })
+    .await;
+    assert_eq!(free(&mut stream).await, fencing);
+    Ok(())
+}
