@@ -36,14 +36,10 @@ impl ScheduleStore {
     /// Creates or replaces `schedule`. A replaced one keeps the instant it fires from
     /// (fire times already enqueued stay recorded on the queue's slot, so none fires
     /// twice), unless it moves to another queue or is resumed: then it fires only
-    /// after now.
+    /// after now (`lua/put_schedule.lua` decides, against what is stored).
     pub async fn put(&self, schedule: &Schedule) -> Result<ScheduleView> {
         let times = fire_times(schedule)?;
         let keys = self.redis.keys.schedules();
-        let old = self.stored(&schedule.name).await?;
-        let keep = old.as_ref().is_some_and(|(old, _)| {
-            old.queue == schedule.queue && (schedule.paused || !old.paused)
-        });
         self.redis
             .query::<()>(
                 redis::cmd("SADD")
@@ -56,7 +52,6 @@ impl ScheduleStore {
             .key(&keys[2])
             .arg(&schedule.name)
             .arg(record::encode(schedule))
-            .arg(if keep { "keep" } else { "now" })
             .arg(self.redis.keys.channel(Event::ScheduleChanged));
         let since: i64 = self.redis.invoke(&call).await?;
         self.view(schedule.clone(), &times, since).await
@@ -108,13 +103,26 @@ impl ScheduleStore {
                 .redis
                 .query(redis::cmd("HMGET").arg(&since).arg(&page))
                 .await?;
-            for ((name, json), since) in page.iter().zip(jsons).zip(sinces) {
+            // Each schedule's last fire is on its queue's slot: the reads go out at
+            // once (pipelined on the shared sockets), not one round trip after another.
+            let mut views = tokio::task::JoinSet::new();
+            for (at, ((name, json), since)) in page.iter().zip(jsons).zip(sinces).enumerate() {
                 // Deleted between the two reads: not listed.
                 let Some(json) = json else { continue };
                 let schedule = record::decode(name, &json)?;
-                let times = fire_times(&schedule)?;
-                schedules.push(self.view(schedule, &times, since.unwrap_or(0)).await?);
+                let store = self.clone();
+                views.spawn(async move {
+                    let times = fire_times(&schedule)?;
+                    let view = store.view(schedule, &times, since.unwrap_or(0)).await?;
+                    Ok::<_, Error>((at, view))
+                });
             }
+            let mut found = Vec::with_capacity(views.len());
+            while let Some(done) = views.join_next().await {
+                found.push(done.map_err(|err| Error::Internal(format!("list task: {err}")))??);
+            }
+            found.sort_unstable_by_key(|(at, _)| *at);
+            schedules.extend(found.into_iter().map(|(_, view)| view));
         }
         Ok(SchedulePage {
             next_after: more.then(|| page.last().cloned()).flatten(),
