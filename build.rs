@@ -2,7 +2,8 @@
 //! generates the tonic services, plus the descriptor set that server reflection serves.
 //! Assembles the Lua scripts of each area (`src/<area>/lua/*.lua`) from the helpers
 //! they include (`--- @include "name"` names `src/<area>/lua/include/<name>.lua`),
-//! into one struct of scripts per area (`lua_<area>.rs`).
+//! into one struct of scripts per area (`lua_<area>.rs`); `<area>/<name>` names a
+//! helper of another area.
 
 use std::{
     collections::BTreeSet,
@@ -13,18 +14,20 @@ use std::{
 
 use prost::Message;
 
-const PROTOS: [&str; 4] = [
+const PROTOS: [&str; 5] = [
     "proto/turnstile/v1/common.proto",
     "proto/turnstile/v1/lock.proto",
     "proto/turnstile/v1/queue.proto",
     "proto/turnstile/v1/schedule.proto",
+    "proto/turnstile/v1/semaphore.proto",
 ];
 
 /// The areas whose scripts are assembled, and the name of each one's struct.
-const LUA_AREAS: [(&str, &str); 3] = [
+const LUA_AREAS: [(&str, &str); 4] = [
     ("lock", "LockScripts"),
     ("queue", "QueueScripts"),
     ("schedule", "ScheduleScripts"),
+    ("semaphore", "SemaphoreScripts"),
 ];
 
 type Result<T, E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
@@ -130,7 +133,7 @@ fn assemble(file: &Path, include_dir: &Path) -> Result<Assembled> {
         own_first = 2;
     }
     for helper in &order {
-        let path = include_dir.join(format!("{helper}.lua"));
+        let path = helper_path(helper, include_dir);
         push(&mut assembled, &std::fs::read_to_string(&path)?, &path, 1);
     }
     push(&mut assembled, own, file, own_first);
@@ -163,7 +166,7 @@ fn visit(
     if path.iter().any(|on| on == name) {
         return Err(format!("lua include cycle: {} -> {name}", path.join(" -> ")).into());
     }
-    let file = include_dir.join(format!("{name}.lua"));
+    let file = helper_path(name, include_dir);
     if !file.exists() {
         return Err(format!("lua include {name:?}: no {}", file.display()).into());
     }
@@ -175,6 +178,19 @@ fn visit(
     seen.insert(name.to_owned());
     order.push(name.to_owned());
     Ok(())
+}
+
+/// Where the helper `name` is: `include_dir/<name>.lua`, or for `<area>/<name>` (a
+/// helper another area shares, `lock/same_attach`) `src/<area>/lua/include/<name>.lua`.
+fn helper_path(name: &str, include_dir: &Path) -> PathBuf {
+    match name.split_once('/') {
+        Some((area, name)) => Path::new("src")
+            .join(area)
+            .join("lua")
+            .join("include")
+            .join(format!("{name}.lua")),
+        None => include_dir.join(format!("{name}.lua")),
+    }
 }
 
 /// The names of `file`'s `--- @include "name"` lines.

@@ -31,6 +31,14 @@ pub enum Error {
     Unauthenticated(String),
     /// The token is known but lacks the permission the RPC needs.
     PermissionDenied(String),
+    /// The request contradicts the state it acts on (a semaphore's `limit` while its
+    /// holders use another); `field` is spelled as in the `.proto`.
+    FailedPrecondition {
+        /// The request field at fault, e.g. `limit`.
+        field: &'static str,
+        /// What it contradicts.
+        reason: String,
+    },
     /// The named thing (a schedule) does not exist.
     NotFound(String),
     /// A bug or an unexpected reply: not the caller's fault.
@@ -53,7 +61,8 @@ impl Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::InvalidArgument { field, reason } => write!(f, "{field}: {reason}"),
+            Error::InvalidArgument { field, reason }
+            | Error::FailedPrecondition { field, reason } => write!(f, "{field}: {reason}"),
             Error::Unavailable(why) => write!(f, "redis unavailable: {why}"),
             Error::ShuttingDown => f.write_str("server is shutting down"),
             Error::ConnectionRetired => {

@@ -33,6 +33,7 @@ pub(crate) mod metrics;
 pub mod queue;
 pub mod redis;
 pub mod schedule;
+pub mod semaphore;
 pub mod server;
 pub mod shutdown;
 pub(crate) mod tenant;

@@ -35,6 +35,13 @@ pub enum Method {
     ListSchedules,
     DeleteSchedule,
     TriggerSchedule,
+    // SemaphoreService: the RPCs are named `Acquire`, `Release`, ... as the locks'; the
+    // variants (and the metrics' `method` label) carry the service's name.
+    SemaphoreAcquire,
+    SemaphoreRelease,
+    SemaphoreExtend,
+    SemaphoreDescribe,
+    SemaphoreHold,
 }
 
 /// The gRPC services the methods belong to.
@@ -43,10 +50,12 @@ pub const LOCK_SERVICE: &str = "turnstile.v1.LockService";
 pub const QUEUE_SERVICE: &str = "turnstile.v1.QueueService";
 /// See [`LOCK_SERVICE`].
 pub const SCHEDULE_SERVICE: &str = "turnstile.v1.ScheduleService";
+/// See [`LOCK_SERVICE`].
+pub const SEMAPHORE_SERVICE: &str = "turnstile.v1.SemaphoreService";
 
 impl Method {
     /// Every method, in the order of [`Method::index`].
-    pub const ALL: [Method; 27] = [
+    pub const ALL: [Method; 32] = [
         Method::Acquire,
         Method::Release,
         Method::Extend,
@@ -74,6 +83,11 @@ impl Method {
         Method::ListSchedules,
         Method::DeleteSchedule,
         Method::TriggerSchedule,
+        Method::SemaphoreAcquire,
+        Method::SemaphoreRelease,
+        Method::SemaphoreExtend,
+        Method::SemaphoreDescribe,
+        Method::SemaphoreHold,
     ];
 
     /// Its position in [`Method::ALL`], for tables indexed by method.
@@ -81,8 +95,22 @@ impl Method {
         self as usize
     }
 
-    /// The name as the `.proto` spells it (`ExtendLease`).
+    /// The name as the `.proto` spells it (`ExtendLease`; `Acquire` for both
+    /// services' Acquire).
     pub fn as_str(self) -> &'static str {
+        match self {
+            Method::SemaphoreAcquire => "Acquire",
+            Method::SemaphoreRelease => "Release",
+            Method::SemaphoreExtend => "Extend",
+            Method::SemaphoreDescribe => "Describe",
+            Method::SemaphoreHold => "Hold",
+            other => other.label(),
+        }
+    }
+
+    /// The name unique over every service, for metrics and logs: the RPC's name, but
+    /// `SemaphoreAcquire` for `SemaphoreService.Acquire`.
+    pub fn label(self) -> &'static str {
         match self {
             Method::Acquire => "Acquire",
             Method::Release => "Release",
@@ -111,11 +139,16 @@ impl Method {
             Method::ListSchedules => "ListSchedules",
             Method::DeleteSchedule => "DeleteSchedule",
             Method::TriggerSchedule => "TriggerSchedule",
+            Method::SemaphoreAcquire => "SemaphoreAcquire",
+            Method::SemaphoreRelease => "SemaphoreRelease",
+            Method::SemaphoreExtend => "SemaphoreExtend",
+            Method::SemaphoreDescribe => "SemaphoreDescribe",
+            Method::SemaphoreHold => "SemaphoreHold",
         }
     }
 
-    /// The service it belongs to ([`LOCK_SERVICE`], [`QUEUE_SERVICE`] or
-    /// [`SCHEDULE_SERVICE`]).
+    /// The service it belongs to ([`LOCK_SERVICE`], [`QUEUE_SERVICE`],
+    /// [`SCHEDULE_SERVICE`] or [`SEMAPHORE_SERVICE`]).
     pub fn service(self) -> &'static str {
         match self {
             Method::Acquire
@@ -145,13 +178,21 @@ impl Method {
             | Method::ListSchedules
             | Method::DeleteSchedule
             | Method::TriggerSchedule => SCHEDULE_SERVICE,
+            Method::SemaphoreAcquire
+            | Method::SemaphoreRelease
+            | Method::SemaphoreExtend
+            | Method::SemaphoreDescribe
+            | Method::SemaphoreHold => SEMAPHORE_SERVICE,
         }
     }
 
     /// Whether it answers with a server stream (its calls are counted when they end,
     /// and have no duration).
     pub fn is_stream(self) -> bool {
-        matches!(self, Method::Hold | Method::Subscribe | Method::Watch)
+        matches!(
+            self,
+            Method::Hold | Method::Subscribe | Method::Watch | Method::SemaphoreHold
+        )
     }
 
     /// The method an HTTP/2 path (`/turnstile.v1.LockService/Acquire`) calls, if it is
@@ -187,6 +228,11 @@ impl Method {
             (SCHEDULE_SERVICE, "ListSchedules") => Method::ListSchedules,
             (SCHEDULE_SERVICE, "DeleteSchedule") => Method::DeleteSchedule,
             (SCHEDULE_SERVICE, "TriggerSchedule") => Method::TriggerSchedule,
+            (SEMAPHORE_SERVICE, "Acquire") => Method::SemaphoreAcquire,
+            (SEMAPHORE_SERVICE, "Release") => Method::SemaphoreRelease,
+            (SEMAPHORE_SERVICE, "Extend") => Method::SemaphoreExtend,
+            (SEMAPHORE_SERVICE, "Describe") => Method::SemaphoreDescribe,
+            (SEMAPHORE_SERVICE, "Hold") => Method::SemaphoreHold,
             _ => return None,
         })
     }
@@ -194,7 +240,7 @@ impl Method {
 
 impl std::fmt::Display for Method {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+        f.write_str(self.label())
     }
 }
 

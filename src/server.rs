@@ -30,6 +30,7 @@ use crate::{
         redact, Keys, Redis, TenantScoped,
     },
     schedule::{self, BoxFuture, FireCall, FireReply, ScheduleStore, TaskTemplate},
+    semaphore::SemaphoreStore,
     shutdown::Shutdown,
     tenant::Tenant,
 };
@@ -184,6 +185,10 @@ async fn serve(
     if let Err(err) = redis.load_scripts(&schedules.scripts().all()).await {
         tracing::warn!(cause = %err, "schedule scripts not loaded at boot; they load on first use");
     }
+    let semaphores = SemaphoreStore::new(redis.clone(), limits.clone(), shutdown.clone());
+    if let Err(err) = redis.load_scripts(&semaphores.scripts().all()).await {
+        tracing::warn!(cause = %err, "semaphore scripts not loaded at boot; they load on first use");
+    }
     let events = Events::spawn(
         nodes,
         vec![
@@ -192,6 +197,7 @@ async fn serve(
             queues.event_route(),
             scheduler.event_route(),
             schedules.event_route(),
+            semaphores.event_route(),
         ],
         shutdown,
     );
@@ -265,6 +271,7 @@ async fn serve(
         queues,
         scheduler,
         schedules,
+        semaphores,
         auth,
         metrics,
     };

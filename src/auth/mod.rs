@@ -24,7 +24,7 @@ use tokio::sync::watch;
 pub use crate::tenant::{Tenant, DEFAULT_TENANT};
 use crate::{
     error::{Error, Result},
-    method::{Method, LOCK_SERVICE, QUEUE_SERVICE, SCHEDULE_SERVICE},
+    method::{Method, LOCK_SERVICE, QUEUE_SERVICE, SCHEDULE_SERVICE, SEMAPHORE_SERVICE},
     shutdown::Shutdown,
 };
 
@@ -85,7 +85,12 @@ impl Permission {
             | Method::ReleaseAll
             | Method::Hold
             | Method::CheckFence
-            | Method::Watch => Self::Lock,
+            | Method::Watch
+            | Method::SemaphoreAcquire
+            | Method::SemaphoreRelease
+            | Method::SemaphoreExtend
+            | Method::SemaphoreDescribe
+            | Method::SemaphoreHold => Self::Lock,
             Method::Enqueue => Self::Produce,
             Method::Lease
             | Method::Ack
@@ -117,9 +122,14 @@ impl Permission {
             return Some(Self::for_method(method));
         }
         let service = path.strip_prefix('/')?.split_once('/')?.0;
-        [LOCK_SERVICE, QUEUE_SERVICE, SCHEDULE_SERVICE]
-            .contains(&service)
-            .then_some(Self::Admin)
+        [
+            LOCK_SERVICE,
+            QUEUE_SERVICE,
+            SCHEDULE_SERVICE,
+            SEMAPHORE_SERVICE,
+        ]
+        .contains(&service)
+        .then_some(Self::Admin)
     }
 }
 

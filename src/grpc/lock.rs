@@ -23,12 +23,14 @@ use crate::{
     validate::{self, DurationRule},
 };
 
-const TTL: DurationRule = DurationRule {
+/// The rule of every lease's `ttl` (the semaphores' too).
+pub(super) const TTL: DurationRule = DurationRule {
     default: DEFAULT_TTL,
     min: MIN_TTL,
     max: MAX_TTL,
 };
-const WAIT: DurationRule = DurationRule {
+/// The rule of every `wait` (the semaphores' too).
+pub(super) const WAIT: DurationRule = DurationRule {
     default: Duration::ZERO,
     min: Duration::ZERO,
     max: MAX_WAIT,
@@ -287,8 +289,15 @@ impl rpc::Heartbeat for pb::WatchResponse {
 }
 
 fn hold_response(event: hold::HoldEvent) -> pb::HoldResponse {
+    pb::HoldResponse {
+        event: Some(hold_event(event)),
+    }
+}
+
+/// A Hold stream's event as the message both services' Hold streams carry.
+pub(super) fn hold_event(event: hold::HoldEvent) -> pb::hold_response::Event {
     use pb::hold_response::{Acquired, Event, Lost, Renewed};
-    let event = match event {
+    match event {
         hold::HoldEvent::Acquired(lease) => Event::Acquired(Acquired {
             token: lease.token,
             fencing_token: lease.fencing_token,
@@ -300,8 +309,7 @@ fn hold_response(event: hold::HoldEvent) -> pb::HoldResponse {
         hold::HoldEvent::Lost(reason) => Event::Lost(Lost {
             reason: reason.to_owned(),
         }),
-    };
-    pb::HoldResponse { event: Some(event) }
+    }
 }
 
 impl rpc::Heartbeat for pb::HoldResponse {

@@ -21,6 +21,7 @@ pub(crate) mod queue;
 pub(crate) mod router;
 pub(crate) mod rpc;
 pub(crate) mod schedule;
+pub(crate) mod semaphore;
 pub mod status;
 pub(crate) mod tls;
 pub(crate) mod traceparent;

@@ -1,4 +1,4 @@
-//! The gRPC server: health, reflection and the two services, each service behind the
+//! The gRPC server: health, reflection and the four services, each service behind the
 //! auth layer and the size ceiling, on the accepted connections, until `draining`
 //! completes. The composition root (`server.rs`) builds the stores and hands them here.
 
@@ -18,10 +18,12 @@ use super::{
     pb::{
         self, lock_service_server::LockServiceServer, queue_service_server::QueueServiceServer,
         schedule_service_server::ScheduleServiceServer,
+        semaphore_service_server::SemaphoreServiceServer,
     },
     queue::QueueApi,
     rpc::Metered,
     schedule::ScheduleApi,
+    semaphore::SemaphoreApi,
     wire::SizeLimited,
 };
 use crate::{
@@ -30,6 +32,7 @@ use crate::{
     metrics::Metrics,
     queue::{scheduler::Scheduler, QueueStore},
     schedule::ScheduleStore,
+    semaphore::SemaphoreStore,
 };
 
 /// How the gRPC server serves, from the flags of the same names.
@@ -60,6 +63,8 @@ pub struct Services {
     pub scheduler: Arc<Scheduler>,
     /// Every ScheduleService RPC.
     pub schedules: ScheduleStore,
+    /// Every SemaphoreService RPC.
+    pub semaphores: SemaphoreStore,
     /// The bearer tokens; checked before any handler.
     pub auth: Auth,
     /// Where each RPC is counted.
@@ -104,6 +109,7 @@ pub async fn serve(
         queues,
         scheduler,
         schedules,
+        semaphores,
         auth,
         metrics,
     } = services;
@@ -137,6 +143,17 @@ pub async fn serve(
             Authorized::new(
                 ScheduleServiceServer::new(ScheduleApi::new(schedules))
                     .max_decoding_message_size(settings.max_message_size),
+                auth.clone(),
+            ),
+            metrics.clone(),
+        )))
+        .add_service(SizeLimited(Metered::new(
+            Authorized::new(
+                SemaphoreServiceServer::new(SemaphoreApi::new(
+                    semaphores,
+                    settings.stream_heartbeat,
+                ))
+                .max_decoding_message_size(settings.max_message_size),
                 auth,
             ),
             metrics,

@@ -89,10 +89,11 @@ pub trait Heartbeat {
 fn span(method: Method, metadata: &tonic::metadata::MetadataMap) -> tracing::Span {
     let span = tracing::debug_span!(
         "rpc",
-        method = method.as_str(),
+        method = method.label(),
         lock = Empty,
         queue = Empty,
         schedule = Empty,
+        semaphore = Empty,
         owner = Empty,
         count = Empty,
         trace_id = Empty,

@@ -17,6 +17,7 @@ impl From<Error> for Status {
             Error::Unauthenticated(_) => Code::Unauthenticated,
             Error::PermissionDenied(_) => Code::PermissionDenied,
             Error::NotFound(_) => Code::NotFound,
+            Error::FailedPrecondition { .. } => Code::FailedPrecondition,
             Error::Internal(_) => Code::Internal,
         };
         let message = err.to_string();

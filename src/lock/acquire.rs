@@ -101,7 +101,7 @@ impl LockStore {
                     let won = self.unclaimed(&spec.name, lease, |lease| &lease.token);
                     if stop.cancel.is_cancelled() || stop.deadline.is_some_and(|d| now >= d) {
                         won.undo().await;
-                        return Err(self.stop_error(stop));
+                        return Err(stop.error(self.shutdown.is_triggered()));
                     }
                     return Ok(Attempt::Won(won));
                 }
@@ -149,19 +149,8 @@ impl LockStore {
                 // One last look: the lock may have been freed as the wait ran out.
                 () = tokio::time::sleep_until(wait_until) => {}
                 () = sleep_until_some(stop.deadline) => return Err(Error::DeadlineExceeded),
-                () = stop.cancel.cancelled() => return Err(self.stop_error(stop)),
+                () = stop.cancel.cancelled() => return Err(stop.error(self.shutdown.is_triggered())),
             }
-        }
-    }
-
-    fn stop_error(&self, stop: &Stop) -> Error {
-        if self.shutdown.is_triggered() {
-            Error::ShuttingDown
-        } else if stop.deadline.is_some_and(|d| Instant::now() >= d) {
-            Error::DeadlineExceeded
-        } else {
-            // The caller left; nobody reads this.
-            Error::Internal("caller went away".into())
         }
     }
 }

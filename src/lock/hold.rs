@@ -1,4 +1,5 @@
-//! The `Hold` stream's engine: acquire (or re-attach to a lease by its token), then
+//! The `Hold` stream's engine, for a lock or a semaphore's permits (anything
+//! [`Holdable`]): acquire (or re-attach to a lease by its token), then
 //! renew the lease every ttl/3 while the stream is open. The lock is released at once
 //! when the client cancels; a stream that ends because the server shuts down or its
 //! connection retires (`--max-connection-age`) keeps the lease until its TTL, so that
@@ -11,14 +12,98 @@
 //! replaced, whose cut connection the server may notice only later, can neither renew
 //! nor release it.
 
-use std::time::Duration;
+use std::{future::Future, time::Duration};
 
 use tokio::{sync::mpsc, time::Instant};
 use tokio_stream::wrappers::ReceiverStream;
 use tracing::Instrument;
 
-use super::{AcquireSpec, Attempt, Lease, LockStore, Renewal, Stop};
-use crate::{error::Error, time::until_ms};
+use super::{AcquireSpec, Attempt, Lease, LockStore, Renewal, Stop, Won};
+use crate::{
+    error::{Error, Result},
+    limits::Limits,
+    shutdown::Shutdown,
+    time::until_ms,
+};
+
+/// What a Hold stream can hold: a store whose leases are taken, renewed at an attach
+/// generation and released the way locks' are (`lua/include/lease.lua`).
+pub trait Holdable: Clone + Send + Sync + 'static {
+    /// What a caller asks for (name, owner, ttl, wait, ...).
+    type Spec: Send + Sync + 'static;
+    /// The name held.
+    fn name(spec: &Self::Spec) -> &str;
+    /// The lease length.
+    fn ttl(spec: &Self::Spec) -> Duration;
+    /// The server's shutdown handle.
+    fn shutdown(&self) -> &Shutdown;
+    /// The configured limits (a stream holds one of `--max-streams`).
+    fn limits(&self) -> &Limits;
+    /// Waits as the unary Acquire does: a lease won, `None` if not granted in time.
+    fn take(
+        &self,
+        spec: &Self::Spec,
+        stop: &Stop,
+    ) -> impl Future<Output = Result<Option<Won>>> + Send;
+    /// A renewal by the stream at `generation`, or with `take_over` a re-attach.
+    fn renew(
+        &self,
+        name: &str,
+        token: &str,
+        ttl: Duration,
+        generation: Option<u64>,
+        take_over: bool,
+    ) -> impl Future<Output = Result<Renewal>> + Send;
+    /// Releases the lease `token` holds at `generation`.
+    fn release_at(
+        &self,
+        name: &str,
+        token: &str,
+        generation: Option<u64>,
+    ) -> impl Future<Output = Result<bool>> + Send;
+}
+
+impl Holdable for LockStore {
+    type Spec = AcquireSpec;
+
+    fn name(spec: &AcquireSpec) -> &str {
+        &spec.name
+    }
+
+    fn ttl(spec: &AcquireSpec) -> Duration {
+        spec.ttl
+    }
+
+    fn shutdown(&self) -> &Shutdown {
+        LockStore::shutdown(self)
+    }
+
+    fn limits(&self) -> &Limits {
+        LockStore::limits(self)
+    }
+
+    async fn take(&self, spec: &AcquireSpec, stop: &Stop) -> Result<Option<Won>> {
+        Ok(match self.wait_for(spec, stop).await? {
+            Attempt::Won(won) => Some(won),
+            Attempt::Held(_) => None,
+        })
+    }
+
+    async fn renew(
+        &self,
+        name: &str,
+        token: &str,
+        ttl: Duration,
+        generation: Option<u64>,
+        take_over: bool,
+    ) -> Result<Renewal> {
+        LockStore::renew(self, name, token, ttl, generation, take_over).await
+    }
+
+    async fn release_at(&self, name: &str, token: &str, generation: Option<u64>) -> Result<bool> {
+        LockStore::release_at(self, name, token, generation).await
+    }
+}
 
 /// One event of a Hold stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,9 +121,9 @@ pub type HoldSender = mpsc::Sender<Result<HoldEvent, Error>>;
 
 /// What one Hold stream asks for.
 #[derive(Clone, Debug)]
-pub struct HoldSpec {
-    /// The lock, owner, ttl and wait.
-    pub acquire: AcquireSpec,
+pub struct HoldSpec<S = AcquireSpec> {
+    /// The name, owner, ttl and wait (a lock's `AcquireSpec`, or a semaphore's).
+    pub acquire: S,
     /// Re-attach to the lease this token holds instead of acquiring.
     pub token: Option<String>,
     /// The caller's deadline, for the wait.
@@ -57,30 +142,35 @@ struct Held {
 pub type HoldStream = ReceiverStream<Result<HoldEvent, Error>>;
 
 impl LockStore {
-    /// Opens a Hold stream (this store's tenant): its engine runs on the shutdown
-    /// tracker, holding one of `--max-streams`, and ends when the returned stream is
-    /// dropped (the caller left: the lock is released) or the lease cannot be kept.
-    /// The shape of Subscribe's (`Scheduler::subscribe`).
+    /// Opens a Hold stream on a lock of this store's tenant ([`open`]).
     pub fn hold(&self, spec: HoldSpec) -> Result<HoldStream, Error> {
-        if self.shutdown().is_triggered() {
-            return Err(Error::ShuttingDown);
-        }
-        let permit = self.limits().open_stream()?;
-        let (tx, rx) = mpsc::channel(4);
-        let store = self.clone();
-        self.shutdown().spawn(
-            async move {
-                let _permit = permit;
-                run(store, spec, tx).await;
-            }
-            .in_current_span(),
-        );
-        Ok(ReceiverStream::new(rx))
+        open(self.clone(), spec)
     }
 }
 
+/// Opens a Hold stream: its engine runs on the shutdown tracker, holding one of
+/// `--max-streams`, and ends when the returned stream is dropped (the caller left: the
+/// lease is released) or the lease cannot be kept. The shape of Subscribe's
+/// (`Scheduler::subscribe`).
+pub fn open<S: Holdable>(store: S, spec: HoldSpec<S::Spec>) -> Result<HoldStream, Error> {
+    if store.shutdown().is_triggered() {
+        return Err(Error::ShuttingDown);
+    }
+    let permit = store.limits().open_stream()?;
+    let (tx, rx) = mpsc::channel(4);
+    let tracker = store.shutdown().clone();
+    tracker.spawn(
+        async move {
+            let _permit = permit;
+            run(store, spec, tx).await;
+        }
+        .in_current_span(),
+    );
+    Ok(ReceiverStream::new(rx))
+}
+
 /// Runs one Hold stream to its end.
-async fn run(store: LockStore, spec: HoldSpec, tx: HoldSender) {
+async fn run<S: Holdable>(store: S, spec: HoldSpec<S::Spec>, tx: HoldSender) {
     let held = match &spec.token {
         Some(token) => reattach(&store, &spec.acquire, token, &tx).await,
         None => acquire(&store, &spec, &tx).await,
@@ -90,14 +180,18 @@ async fn run(store: LockStore, spec: HoldSpec, tx: HoldSender) {
     }
 }
 
-/// Waits for the lock as `Acquire` does; `Some` once the client was told it holds it.
-async fn acquire(store: &LockStore, spec: &HoldSpec, tx: &HoldSender) -> Option<Held> {
+/// Waits for the lease as `Acquire` does; `Some` once the client was told it holds it.
+async fn acquire<S: Holdable>(
+    store: &S,
+    spec: &HoldSpec<S::Spec>,
+    tx: &HoldSender,
+) -> Option<Held> {
     let stop = Stop {
         deadline: spec.deadline,
         cancel: store.shutdown().child_token(),
     };
     let attempt = {
-        let waiting = store.wait_for(&spec.acquire, &stop);
+        let waiting = store.take(&spec.acquire, &stop);
         tokio::pin!(waiting);
         tokio::select! {
             attempt = &mut waiting => attempt,
@@ -110,8 +204,8 @@ async fn acquire(store: &LockStore, spec: &HoldSpec, tx: &HoldSender) -> Option<
         }
     };
     let won = match attempt {
-        Ok(Attempt::Won(won)) => won,
-        Ok(Attempt::Held(_)) => {
+        Ok(Some(won)) => won,
+        Ok(None) => {
             let _ = tx.send(Ok(HoldEvent::Lost("not acquired"))).await;
             return None;
         }
@@ -135,17 +229,20 @@ async fn acquire(store: &LockStore, spec: &HoldSpec, tx: &HoldSender) -> Option<
 }
 
 /// Takes over the lease `token` holds (renewing it to a full ttl at once).
-async fn reattach(
-    store: &LockStore,
-    spec: &AcquireSpec,
+async fn reattach<S: Holdable>(
+    store: &S,
+    spec: &S::Spec,
     token: &str,
     tx: &HoldSender,
 ) -> Option<Held> {
-    let held = match store.renew(&spec.name, token, spec.ttl, None, true).await {
+    let held = match store
+        .renew(S::name(spec), token, S::ttl(spec), None, true)
+        .await
+    {
         Ok(Renewal::Renewed { lease, generation }) => Held { lease, generation },
         Ok(Renewal::NotHeld | Renewal::TakenOver) => {
             let _ = tx
-                .send(Ok(HoldEvent::Lost("the token no longer holds the lock")))
+                .send(Ok(HoldEvent::Lost("the token no longer holds the lease")))
                 .await;
             return None;
         }
@@ -164,8 +261,8 @@ async fn reattach(
 
 /// Renews until the stream ends, then releases unless the lease was lost or the end
 /// was the server's (shutdown, connection retired).
-async fn keep(store: &LockStore, spec: &HoldSpec, held: Held, tx: &HoldSender) {
-    let (name, ttl) = (&spec.acquire.name, spec.acquire.ttl);
+async fn keep<S: Holdable>(store: &S, spec: &HoldSpec<S::Spec>, held: Held, tx: &HoldSender) {
+    let (name, ttl) = (S::name(&spec.acquire), S::ttl(&spec.acquire));
     let Held { lease, generation } = held;
     let renew_every = (ttl / 3).max(Duration::from_millis(1));
     let mut expires_at_ms = lease.expires_at_ms;
@@ -194,7 +291,7 @@ async fn keep(store: &LockStore, spec: &HoldSpec, held: Held, tx: &HoldSender) {
                         }
                     }
                     Ok(Renewal::NotHeld) => {
-                        let _ = tx.send(Ok(HoldEvent::Lost("lock taken or expired"))).await;
+                        let _ = tx.send(Ok(HoldEvent::Lost("lease taken or expired"))).await;
                         return;
                     }
                     Ok(Renewal::TakenOver) => {

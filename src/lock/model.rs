@@ -101,3 +101,18 @@ pub struct Stop {
     /// Cancelled when the caller left or the server shuts down.
     pub cancel: CancellationToken,
 }
+
+impl Stop {
+    /// Why a wait stopped: the server shutting down, the deadline, or the caller gone.
+    pub fn error(&self, shutting_down: bool) -> crate::error::Error {
+        use crate::error::Error;
+        if shutting_down {
+            Error::ShuttingDown
+        } else if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            Error::DeadlineExceeded
+        } else {
+            // The caller left; nobody reads this.
+            Error::Internal("caller went away".into())
+        }
+    }
+}

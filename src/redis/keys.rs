@@ -42,6 +42,15 @@ pub struct LockKeys {
     pub watched: String,
 }
 
+/// The keys of one semaphore name, all in one hash slot, in the order of `KEYS` in
+/// every semaphore script (`src/semaphore/lua/acquire.lua` says what each holds):
+/// holders, line, leases, sem (the hash).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SemaphoreKeys {
+    /// Every key, in script order.
+    pub all: [String; 4],
+}
+
 /// The keys of one queue, all in one hash slot; see `src/queue/lua/include/keys.lua` for what
 /// each holds. The order is the order of `KEYS` in every queue script.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,6 +60,13 @@ pub struct QueueKeys {
     /// groups, wakeups, group_index (`src/queue/lua/include/keys.lua` says what each
     /// holds).
     pub all: [String; 16],
+}
+
+impl SemaphoreKeys {
+    /// The hash: the key a script call is routed by.
+    pub fn sem(&self) -> &str {
+        &self.all[3]
+    }
 }
 
 impl QueueKeys {
@@ -74,6 +90,8 @@ pub enum Event {
     /// A schedule put or deleted (message: the schedule's name; the tenant is the
     /// channel's last component).
     ScheduleChanged,
+    /// Semaphore waiters that may go now (message: their tickets, space-separated).
+    SemaphoreWake,
 }
 
 impl Event {
@@ -84,6 +102,7 @@ impl Event {
             Self::SlotFreed => "slot-freed",
             Self::LockChanged => "lock-changed",
             Self::ScheduleChanged => "schedule-changed",
+            Self::SemaphoreWake => "semaphore-wake",
         }
     }
 }
@@ -122,6 +141,19 @@ impl Keys {
             fence: format!("{lock}:fence"),
             watched: format!("{lock}:watched"),
             lock,
+        }
+    }
+
+    /// The keys of the semaphore `name` (its own name space, beside the locks').
+    pub fn semaphore(&self, name: &str) -> SemaphoreKeys {
+        let sem = format!("{}:semaphore:{{{}}}", self.space, encode(name));
+        SemaphoreKeys {
+            all: [
+                format!("{sem}:holders"),
+                format!("{sem}:line"),
+                format!("{sem}:leases"),
+                sem,
+            ],
         }
     }
 

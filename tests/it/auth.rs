@@ -45,6 +45,18 @@ fn schedules_client(channel: Channel, token: Option<&str>) -> Schedules {
     pb::schedule_service_client::ScheduleServiceClient::with_interceptor(channel, bearer)
 }
 
+type Semaphores =
+    pb::semaphore_service_client::SemaphoreServiceClient<InterceptedService<Channel, Bearer>>;
+
+/// Schedule and semaphore clients on `channel` that send `token`.
+fn other_clients(channel: Channel, token: Option<&str>) -> (Schedules, Semaphores) {
+    let bearer = Bearer(token.map(|t| format!("Bearer {t}").parse().expect("ascii token")));
+    (
+        schedules_client(channel.clone(), token),
+        pb::semaphore_service_client::SemaphoreServiceClient::with_interceptor(channel, bearer),
+    )
+}
+
 /// Lock and queue clients on `channel` that send `token`.
 fn clients(channel: Channel, token: Option<&str>) -> (Locks, Queues) {
     let bearer = Bearer(token.map(|t| format!("Bearer {t}").parse().expect("ascii token")));
@@ -76,7 +88,7 @@ fn write_auth_file(path: &PathBuf, grants: &[(&str, &str, &[&str])]) -> PathBuf 
 const ALL: &[&str] = &["lock", "produce", "consume", "admin"];
 
 /// Every RPC, and the permission the contract says it needs.
-const RPCS: [(&str, &str); 27] = [
+const RPCS: [(&str, &str); 32] = [
     ("Acquire", "lock"),
     ("Release", "lock"),
     ("Extend", "lock"),
@@ -104,6 +116,11 @@ const RPCS: [(&str, &str); 27] = [
     ("ListSchedules", "produce|admin"),
     ("TriggerSchedule", "produce|admin"),
     ("DeleteSchedule", "produce|admin"),
+    ("SemaphoreAcquire", "lock"),
+    ("SemaphoreRelease", "lock"),
+    ("SemaphoreExtend", "lock"),
+    ("SemaphoreDescribe", "lock"),
+    ("SemaphoreHold", "lock"),
 ];
 
 /// Calls `rpc` with a valid request; the status code it got (OK when it was served;
@@ -112,7 +129,7 @@ async fn call(
     rpc: &str,
     locks: &mut Locks,
     queues: &mut Queues,
-    schedules: &mut Schedules,
+    (schedules, semaphores): &mut (Schedules, Semaphores),
 ) -> Code {
     let (name, queue) = ("perm-lock".to_owned(), "perm-queue".to_owned());
     let result: Result<(), Status> = match rpc {
@@ -297,6 +314,45 @@ async fn call(
             })
             .await
             .map(drop),
+        "SemaphoreAcquire" => semaphores
+            .acquire(pb::SemaphoreServiceAcquireRequest {
+                name: "perm-semaphore".into(),
+                owner: "o".into(),
+                limit: 100,
+                ..Default::default()
+            })
+            .await
+            .map(drop),
+        "SemaphoreRelease" => semaphores
+            .release(pb::SemaphoreServiceReleaseRequest {
+                name: "perm-semaphore".into(),
+                token: "t".into(),
+            })
+            .await
+            .map(drop),
+        "SemaphoreExtend" => semaphores
+            .extend(pb::SemaphoreServiceExtendRequest {
+                name: "perm-semaphore".into(),
+                token: "t".into(),
+                ttl: None,
+            })
+            .await
+            .map(drop),
+        "SemaphoreDescribe" => semaphores
+            .describe(pb::SemaphoreServiceDescribeRequest {
+                name: "perm-semaphore".into(),
+            })
+            .await
+            .map(drop),
+        "SemaphoreHold" => semaphores
+            .hold(pb::SemaphoreServiceHoldRequest {
+                name: "perm-semaphore-hold".into(),
+                owner: "o".into(),
+                limit: 100,
+                ..Default::default()
+            })
+            .await
+            .map(drop),
         other => panic!("no RPC {other}"),
     };
     match result {
@@ -324,9 +380,9 @@ async fn without_a_known_token_every_rpc_is_unauthenticated_but_health_and_refle
     let (server, _) = server_with(&redis, &[("good-token", "shop", ALL)]).await;
     for token in [None, Some("wrong-token"), Some("good-token ")] {
         let (mut locks, mut queues) = clients(server.channel().await, token);
-        let mut schedules = schedules_client(server.channel().await, token);
+        let mut others = other_clients(server.channel().await, token);
         for (rpc, _) in RPCS {
-            let code = call(rpc, &mut locks, &mut queues, &mut schedules).await;
+            let code = call(rpc, &mut locks, &mut queues, &mut others).await;
             let wanted = if token == Some("good-token ") {
                 // Surrounding blanks are not part of the token.
                 Code::Ok
@@ -399,9 +455,9 @@ async fn each_permission_allows_exactly_its_rpcs() -> TestResult {
     let (server, _) = server_with(&redis, &grants).await;
     for (token, permission) in &tokens {
         let (mut locks, mut queues) = clients(server.channel().await, Some(token));
-        let mut schedules = schedules_client(server.channel().await, Some(token));
+        let mut others = other_clients(server.channel().await, Some(token));
         for (rpc, needs) in RPCS {
-            let code = call(rpc, &mut locks, &mut queues, &mut schedules).await;
+            let code = call(rpc, &mut locks, &mut queues, &mut others).await;
             if needs.split('|').any(|need| need == *permission) {
                 assert_eq!(code, Code::Ok, "{rpc} with {permission}");
             } else {

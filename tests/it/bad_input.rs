@@ -18,8 +18,10 @@ use turnstile::{
         DescribeRequest, EnqueueRequest, ExtendLeaseRequest, ExtendRequest, GetScheduleRequest,
         HoldRequest, LeaseRequest, ListGroupsRequest, ListQueuesRequest, ListSchedulesRequest,
         NackRequest, PeekRequest, PutScheduleRequest, RateLimit, RedriveRequest, ReleaseAllRequest,
-        ReleaseRequest, Schedule, ScheduledTask, StatsRequest, SubscribeRequest, TaskSpec,
-        TaskState, TriggerScheduleRequest, WatchRequest,
+        ReleaseRequest, Schedule, ScheduledTask, SemaphoreServiceAcquireRequest,
+        SemaphoreServiceDescribeRequest, SemaphoreServiceExtendRequest,
+        SemaphoreServiceHoldRequest, SemaphoreServiceReleaseRequest, StatsRequest,
+        SubscribeRequest, TaskSpec, TaskState, TriggerScheduleRequest, WatchRequest,
     },
 };
 
@@ -74,6 +76,7 @@ async fn every_bad_field_of_every_rpc_is_invalid_argument_naming_it_before_redis
     let locks = server.locks().await;
     let queues = server.queues().await;
     let schedules = server.schedules().await;
+    let semaphores = server.semaphores().await;
     let mut cases: Vec<(String, &str, Call)> = Vec::new();
     macro_rules! case {
         ($client:ident . $method:ident, $field:expr, $request:expr) => {{
@@ -888,13 +891,110 @@ async fn every_bad_field_of_every_rpc_is_invalid_argument_naming_it_before_redis
         }
     );
 
+    // Semaphores: `limit` has no default and a ceiling; `permits` never over it.
+    let take = |limit: u32, permits: u32| SemaphoreServiceAcquireRequest {
+        name: "s".into(),
+        owner: "o".into(),
+        limit,
+        permits,
+        ..Default::default()
+    };
+    case!(semaphores.acquire, "limit", take(0, 1));
+    case!(semaphores.acquire, "limit", take(1_000_001, 1));
+    case!(semaphores.acquire, "permits", take(3, 4));
+    case!(semaphores.acquire, "permits", take(1_000_000, 1_000_001));
+    for name in ["", &text(513)[..], CONTROL] {
+        case!(
+            semaphores.acquire,
+            "name",
+            SemaphoreServiceAcquireRequest {
+                name: name.into(),
+                ..take(1, 1)
+            }
+        );
+    }
+    case!(
+        semaphores.acquire,
+        "owner",
+        SemaphoreServiceAcquireRequest {
+            owner: CONTROL.into(),
+            ..take(1, 1)
+        }
+    );
+    case!(
+        semaphores.acquire,
+        "ttl",
+        SemaphoreServiceAcquireRequest {
+            ttl: zero(),
+            ..take(1, 1)
+        }
+    );
+    case!(
+        semaphores.acquire,
+        "wait",
+        SemaphoreServiceAcquireRequest {
+            wait: neg(),
+            ..take(1, 1)
+        }
+    );
+    case!(
+        semaphores.acquire,
+        "request_id",
+        SemaphoreServiceAcquireRequest {
+            request_id: text(257),
+            ..take(1, 1)
+        }
+    );
+    case!(
+        semaphores.release,
+        "token",
+        SemaphoreServiceReleaseRequest {
+            name: "s".into(),
+            token: String::new()
+        }
+    );
+    case!(
+        semaphores.extend,
+        "ttl",
+        SemaphoreServiceExtendRequest {
+            name: "s".into(),
+            token: "t".into(),
+            ttl: hours(25)
+        }
+    );
+    case!(
+        semaphores.describe,
+        "name",
+        SemaphoreServiceDescribeRequest { name: text(513) }
+    );
+    case!(
+        semaphores.hold,
+        "permits",
+        SemaphoreServiceHoldRequest {
+            name: "s".into(),
+            owner: "o".into(),
+            limit: 2,
+            permits: 3,
+            ..Default::default()
+        }
+    );
+    case!(
+        semaphores.hold,
+        "limit",
+        SemaphoreServiceHoldRequest {
+            name: "s".into(),
+            owner: "o".into(),
+            ..Default::default()
+        }
+    );
+
     let scripts = redis.command_calls("evalsha").await;
     let total = cases.len();
     for (label, field, call) in cases {
         let status = call.await.expect_err(&label);
         assert_eq!(named_field(&status), field, "{label}");
     }
-    assert_eq!(total, 128, "cases dropped from the table");
+    assert_eq!(total, 144, "cases dropped from the table");
     assert_eq!(
         redis.command_calls("evalsha").await,
         scripts,

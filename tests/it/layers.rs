@@ -25,11 +25,13 @@ const LAYERS: &[(&str, u8)] = &[
     ("lock", 6),
     ("queue", 6),
     ("schedule", 6),
+    // Built on the locks' leases and Hold engine.
+    ("semaphore", 7),
     // The gRPC face.
-    ("grpc", 7),
+    ("grpc", 8),
     // Composition.
-    ("config", 8),
-    ("server", 9),
+    ("config", 9),
+    ("server", 10),
 ];
 
 fn layer(module: &str) -> u8 {

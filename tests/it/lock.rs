@@ -1353,7 +1353,7 @@ async fn reattach_with_a_token_that_no_longer_holds_sends_lost_and_ends_ok(
         .await?
         .into_inner();
     match next_event(&mut stream).await {
-        Some(Event::Lost(lost)) => assert_eq!(lost.reason, "the token no longer holds the lock"),
+        Some(Event::Lost(lost)) => assert_eq!(lost.reason, "the token no longer holds the lease"),
         other => panic!("expected Lost, got {other:?}"),
     }
     assert!(stream.next().await.is_none(), "the stream did not end OK");

@@ -22,6 +22,7 @@ mod process;
 mod queue;
 mod schedule;
 mod scripts;
+mod semaphore;
 mod server;
 mod subscribe;
 mod watch;

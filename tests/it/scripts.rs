@@ -36,18 +36,20 @@ fn queue_script<'a>(scripts: &'a QueueScripts, name: &str) -> &'a Script {
 
 #[test]
 fn every_script_carries_only_the_helpers_it_names_and_no_bare_keys() {
-    let (locks, queues, schedules) = (
+    let (locks, queues, schedules, semaphores) = (
         LockScripts::new(),
         QueueScripts::new(),
         turnstile::schedule::ScheduleScripts::new(),
+        turnstile::semaphore::SemaphoreScripts::new(),
     );
     let all: Vec<&Script> = locks
         .all()
         .into_iter()
         .chain(queues.all())
         .chain(schedules.all())
+        .chain(semaphores.all())
         .collect();
-    assert_eq!(all.len(), 26);
+    assert_eq!(all.len(), 31);
     for script in &all {
         let source = script.source;
         // Read only exactly when it says so on its first line, which Redis enforces.

@@ -218,6 +218,12 @@ impl TestServer {
         QueueServiceClient::new(self.channel().await)
     }
 
+    pub async fn semaphores(
+        &self,
+    ) -> turnstile::pb::semaphore_service_client::SemaphoreServiceClient<Channel> {
+        turnstile::pb::semaphore_service_client::SemaphoreServiceClient::new(self.channel().await)
+    }
+
     pub async fn schedules(
         &self,
     ) -> turnstile::pb::schedule_service_client::ScheduleServiceClient<Channel> {
