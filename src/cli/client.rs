@@ -14,6 +14,7 @@ use tonic::{
 use turnstile::pb::{
     lock_service_client::LockServiceClient, queue_service_client::QueueServiceClient,
     schedule_service_client::ScheduleServiceClient,
+    semaphore_service_client::SemaphoreServiceClient,
 };
 
 /// The flags of every client command.
@@ -66,6 +67,8 @@ pub struct Client {
     pub queues: QueueServiceClient<Authed>,
     /// `turnstile.v1.ScheduleService`.
     pub schedules: ScheduleServiceClient<Authed>,
+    /// `turnstile.v1.SemaphoreService`.
+    pub semaphores: SemaphoreServiceClient<Authed>,
 }
 
 /// A failed command: what to print and the exit status.
@@ -150,7 +153,11 @@ impl ClientArgs {
         Ok(Client {
             locks: LockServiceClient::with_interceptor(channel.clone(), Bearer(bearer.clone())),
             queues: QueueServiceClient::with_interceptor(channel.clone(), Bearer(bearer.clone())),
-            schedules: ScheduleServiceClient::with_interceptor(channel, Bearer(bearer)),
+            schedules: ScheduleServiceClient::with_interceptor(
+                channel.clone(),
+                Bearer(bearer.clone()),
+            ),
+            semaphores: SemaphoreServiceClient::with_interceptor(channel, Bearer(bearer)),
         })
     }
 }

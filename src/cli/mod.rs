@@ -5,8 +5,8 @@
 //! embedded Redis).
 //!
 //! - [`bench`]: the benchmark.
-//! - [`lock`] and [`work`]: run a command under a lock, or once per task; [`watch`]:
-//!   print a lock's changes.
+//! - [`lock`], [`semaphore`] and [`work`]: run a command under a lock or a semaphore's
+//!   permits, or once per task; [`watch`]: print a lock's changes.
 //! - [`admin`]: `enqueue`, `stats`, `peek`, `cancel`, `redrive`.
 //! - [`flow`]: `queues`, `pause`, `resume`, `limit`.
 //! - [`schedule`]: `schedule put/ls/rm/pause/resume/trigger`.
@@ -21,6 +21,7 @@ pub mod lock;
 pub mod output;
 pub mod run;
 pub mod schedule;
+pub mod semaphore;
 pub mod watch;
 pub mod work;
 
@@ -34,6 +35,8 @@ pub enum ClientCommand {
     /// Run a command while holding a lock (exit: the command's status; 75 not
     /// acquired within --wait; 70 lost while it ran).
     Lock(lock::LockArgs),
+    /// Run a command while holding permits of a semaphore (exit statuses as `lock`).
+    Semaphore(semaphore::SemaphoreArgs),
     /// Print a lock's holder now and each change (a line, or JSON with --json), until
     /// interrupted.
     Watch(watch::WatchArgs),
@@ -69,6 +72,7 @@ impl ClientCommand {
     pub async fn run(self) -> ExitCode {
         client::finish(match self {
             ClientCommand::Lock(args) => lock::run(args).await,
+            ClientCommand::Semaphore(args) => semaphore::run(args).await,
             ClientCommand::Watch(args) => watch::run(args).await,
             ClientCommand::Work(args) => work::run(args).await,
             ClientCommand::Enqueue(args) => admin::enqueue(args).await,

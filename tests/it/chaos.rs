@@ -5,7 +5,9 @@
 //! replaced), while workers drop calls mid-flight. Each fault comes once the clients
 //! have made progress since the last one. At the end every confirmed task was delivered and the queue drained,
 //! no two lock holders were ever inside at once, fencing tokens rose in the order the
-//! lock was won, and a server that lived through it all is back near its start memory.
+//! lock was won, the semaphore's holders (admitters taking one or two of its three
+//! permits) never held more than its limit, and a server that lived through it all is
+//! back near its start memory.
 
 use crate::common;
 
@@ -26,9 +28,14 @@ use tonic_health::pb::{
     health_check_response::ServingStatus, health_client::HealthClient, HealthCheckRequest,
 };
 use turnstile::pb::{
-    lock_service_client::LockServiceClient, queue_service_client::QueueServiceClient, AckRequest,
-    AcquireRequest, EnqueueRequest, LeaseRequest, ReleaseRequest, TaskSpec,
+    lock_service_client::LockServiceClient, queue_service_client::QueueServiceClient,
+    semaphore_service_client::SemaphoreServiceClient, AckRequest, AcquireRequest, EnqueueRequest,
+    LeaseRequest, ReleaseRequest, SemaphoreServiceAcquireRequest, SemaphoreServiceReleaseRequest,
+    TaskSpec,
 };
+
+/// The semaphore's limit.
+const PERMITS: u32 = 3;
 
 /// How many faults the run deals (then the queue drains).
 const FAULTS: usize = 12;
@@ -45,6 +52,11 @@ struct Record {
     most_inside: AtomicI64,
     /// Fencing tokens in the order the lock was won (under the lock, so in order).
     fencing: Mutex<Vec<u64>>,
+    /// Semaphore permits held now by the admitters, the most ever at once, and how
+    /// many grants they had.
+    permits_out: AtomicI64,
+    most_permits_out: AtomicI64,
+    grants: AtomicU64,
     dropped_calls: AtomicU64,
     /// The producer stops first; the workers and lockers once the queue is drained.
     producing: AtomicBool,
@@ -232,6 +244,67 @@ async fn contend(record: Arc<Record>, servers: Arc<Servers>, seed: u64) {
     }
 }
 
+/// Takes one or two of the semaphore's permits, holds them for a few turns, gives them
+/// back; as `contend`, a release lost to a fault is sent again.
+async fn admit(record: Arc<Record>, servers: Arc<Servers>, seed: u64) {
+    let mut rng = Rng(seed);
+    while !record.stop.load(Ordering::SeqCst) {
+        let Some(channel) = servers.connect(&mut rng).await else {
+            continue;
+        };
+        let mut semaphores = SemaphoreServiceClient::new(channel);
+        let permits = 1 + rng.below(2) as u32;
+        let request = SemaphoreServiceAcquireRequest {
+            name: "chaos".into(),
+            owner: format!("admitter{seed}"),
+            limit: PERMITS,
+            permits,
+            ttl: ms(3_000),
+            wait: ms(500),
+            request_id: String::new(),
+        };
+        let won = match semaphores.acquire(with_timeout(request, CALL)).await {
+            Ok(won) => won.into_inner(),
+            Err(_) => {
+                backoff().await;
+                continue;
+            }
+        };
+        if !won.acquired {
+            continue;
+        }
+        let now = record
+            .permits_out
+            .fetch_add(i64::from(permits), Ordering::SeqCst)
+            + i64::from(permits);
+        record.most_permits_out.fetch_max(now, Ordering::SeqCst);
+        record.grants.fetch_add(1, Ordering::SeqCst);
+        for _ in 0..rng.below(10) {
+            tokio::task::yield_now().await;
+        }
+        record
+            .permits_out
+            .fetch_sub(i64::from(permits), Ordering::SeqCst);
+        for _ in 0..3 {
+            let request = SemaphoreServiceReleaseRequest {
+                name: "chaos".into(),
+                token: won.token.clone(),
+            };
+            if semaphores
+                .release(with_timeout(request, CALL))
+                .await
+                .is_ok()
+            {
+                break;
+            }
+            let Some(channel) = servers.connect(&mut rng).await else {
+                continue;
+            };
+            semaphores = SemaphoreServiceClient::new(channel);
+        }
+    }
+}
+
 /// Whether the server at `addr` says it is ready (a call that fails counts as not).
 async fn serving(addr: &str) -> bool {
     let Some(channel) = channel(addr).await else {
@@ -247,7 +320,8 @@ async fn serving(addr: &str) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn chaos_loses_no_confirmed_task_and_never_overlaps_lock_holders() -> TestResult {
+async fn chaos_loses_no_confirmed_task_and_never_overlaps_lock_holders_or_overfills_a_semaphore(
+) -> TestResult {
     let seed = seed_from("CHAOS_SEED");
     println!("chaos seed {seed} (replay with CHAOS_SEED={seed})");
     let mut rng = Rng(seed);
@@ -282,12 +356,19 @@ async fn chaos_loses_no_confirmed_task_and_never_overlaps_lock_holders() -> Test
             rng.next(),
         ));
         clients.spawn(contend(record.clone(), servers.clone(), rng.next()));
+        clients.spawn(admit(record.clone(), servers.clone(), rng.next()));
     }
     // Every kind of client has made progress: note the stable server's memory.
-    let progress = || (ledger.confirmed(), record.locks_won());
+    let progress = || {
+        (
+            ledger.confirmed(),
+            record.locks_won(),
+            record.grants.load(Ordering::SeqCst),
+        )
+    };
     eventually("first progress", RECOVER, || async {
-        let (confirmed, locks) = progress();
-        confirmed >= 100 && locks >= 5
+        let (confirmed, locks, grants) = progress();
+        confirmed >= 100 && locks >= 5 && grants >= 5
     })
     .await;
     let start_rss = rss_kb(stable.child.id());
@@ -322,11 +403,11 @@ async fn chaos_loses_no_confirmed_task_and_never_overlaps_lock_holders() -> Test
             }
         }
         // The next fault comes once the clients got work done since this one.
-        let (confirmed, locks) = progress();
+        let (confirmed, locks, grants) = progress();
         let more = 20 + rng.below(80) as usize;
         eventually("progress after a fault", RECOVER, || async {
-            let (now_confirmed, now_locks) = progress();
-            now_confirmed >= confirmed + more && now_locks > locks
+            let (now_confirmed, now_locks, now_grants) = progress();
+            now_confirmed >= confirmed + more && now_locks > locks && now_grants > grants
         })
         .await;
     }
@@ -347,11 +428,14 @@ async fn chaos_loses_no_confirmed_task_and_never_overlaps_lock_holders() -> Test
     let end_rss = rss_kb(stable.child.id());
     println!(
         "seed {seed}: {redis_kills} Redis kills, {server_kills} server kills in {:?}, {} \
-         dropped calls; {}; {} locks won; stable server RSS {} -> {} MB",
+         dropped calls; {}; {} locks won; {} semaphore grants, at most {} of {PERMITS} permits \
+         out; stable server RSS {} -> {} MB",
         started.elapsed(),
         record.dropped_calls.load(Ordering::SeqCst),
         ledger.summary(),
         fencing.len(),
+        record.grants.load(Ordering::SeqCst),
+        record.most_permits_out.load(Ordering::SeqCst),
         start_rss / 1024,
         end_rss / 1024
     );
@@ -368,6 +452,10 @@ async fn chaos_loses_no_confirmed_task_and_never_overlaps_lock_holders() -> Test
     assert!(
         fencing.windows(2).all(|pair| pair[0] < pair[1]),
         "seed {seed}: fencing tokens out of order"
+    );
+    assert!(
+        record.most_permits_out.load(Ordering::SeqCst) <= i64::from(PERMITS),
+        "seed {seed}: more semaphore permits out than its limit"
     );
     // Back near its start: streams, waiters and batches of the chaos were all freed.
     assert!(

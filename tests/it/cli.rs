@@ -515,6 +515,63 @@ async fn lock_runs_the_command_holding_the_lock_and_exits_with_its_status() -> T
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_runs_the_command_holding_permits_and_exits_as_lock_does() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    // Inside, two of three permits are held: one more fits, two more do not (75).
+    let script = format!(
+        "{BIN} semaphore pay --limit 3 -- true; echo one=$?; \
+         {BIN} semaphore pay --limit 3 --permits 2 -- true; echo two=$?; \
+         echo fence=$TURNSTILE_FENCING_TOKEN; echo name=$TURNSTILE_SEMAPHORE; exit 4"
+    );
+    let (status, out, err) = output(cli(&server).args([
+        "semaphore",
+        "pay",
+        "--limit",
+        "3",
+        "--permits",
+        "2",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]))
+    .await;
+    assert_eq!(status.code(), Some(4), "{out} {err}");
+    assert!(out.contains("one=0") && out.contains("two=75"), "{out}");
+    assert!(out.contains("name=pay"), "{out}");
+    let fence: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("fence="))
+        .expect("a fence line")
+        .parse()?;
+    assert!(fence > 0);
+    // Given back at once when the command ended.
+    let seen = server
+        .semaphores()
+        .await
+        .describe(pb::SemaphoreServiceDescribeRequest { name: "pay".into() })
+        .await?
+        .into_inner();
+    assert_eq!((seen.in_use, seen.limit), (0, 3));
+    // Bad input is the server's INVALID_ARGUMENT, exit 1.
+    let (status, _, err) = output(cli(&server).args([
+        "semaphore",
+        "pay",
+        "--limit",
+        "1",
+        "--permits",
+        "2",
+        "--",
+        "true",
+    ]))
+    .await;
+    assert_eq!(status.code(), Some(1));
+    assert!(err.contains("INVALID_ARGUMENT: permits:"), "{err}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_not_acquired_within_wait_exits_75_without_running_the_command() -> TestResult {
     let redis = TestRedis::start().await;
     let server = TestServer::start(&redis).await;
