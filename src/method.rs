@@ -14,6 +14,7 @@ pub enum Method {
     Hold,
     CheckFence,
     Watch,
+    ListLocks,
     // QueueService
     Enqueue,
     Lease,
@@ -55,7 +56,7 @@ pub const SEMAPHORE_SERVICE: &str = "turnstile.v1.SemaphoreService";
 
 impl Method {
     /// Every method, in the order of [`Method::index`].
-    pub const ALL: [Method; 32] = [
+    pub const ALL: [Method; 33] = [
         Method::Acquire,
         Method::Release,
         Method::Extend,
@@ -64,6 +65,7 @@ impl Method {
         Method::Hold,
         Method::CheckFence,
         Method::Watch,
+        Method::ListLocks,
         Method::Enqueue,
         Method::Lease,
         Method::Ack,
@@ -120,6 +122,7 @@ impl Method {
             Method::Hold => "Hold",
             Method::CheckFence => "CheckFence",
             Method::Watch => "Watch",
+            Method::ListLocks => "ListLocks",
             Method::Enqueue => "Enqueue",
             Method::Lease => "Lease",
             Method::Ack => "Ack",
@@ -158,7 +161,8 @@ impl Method {
             | Method::ReleaseAll
             | Method::Hold
             | Method::CheckFence
-            | Method::Watch => LOCK_SERVICE,
+            | Method::Watch
+            | Method::ListLocks => LOCK_SERVICE,
             Method::Enqueue
             | Method::Lease
             | Method::Ack
@@ -209,6 +213,7 @@ impl Method {
             (LOCK_SERVICE, "Hold") => Method::Hold,
             (LOCK_SERVICE, "CheckFence") => Method::CheckFence,
             (LOCK_SERVICE, "Watch") => Method::Watch,
+            (LOCK_SERVICE, "ListLocks") => Method::ListLocks,
             (QUEUE_SERVICE, "Enqueue") => Method::Enqueue,
             (QUEUE_SERVICE, "Lease") => Method::Lease,
             (QUEUE_SERVICE, "Ack") => Method::Ack,

@@ -104,7 +104,8 @@ impl Permission {
             | Method::ConfigureQueue
             | Method::ConfigureGroup
             | Method::ListQueues
-            | Method::ListGroups => Self::Admin,
+            | Method::ListGroups
+            | Method::ListLocks => Self::Admin,
             Method::PutSchedule
             | Method::GetSchedule
             | Method::ListSchedules

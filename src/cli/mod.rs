@@ -6,7 +6,8 @@
 //!
 //! - [`bench`]: the benchmark.
 //! - [`lock`], [`semaphore`] and [`work`]: run a command under a lock or a semaphore's
-//!   permits, or once per task; [`watch`]: print a lock's changes.
+//!   permits, or once per task; [`watch`]: print a lock's changes; [`locks`]: list the
+//!   held locks.
 //! - [`admin`]: `enqueue`, `stats`, `peek`, `cancel`, `redrive`.
 //! - [`flow`]: `queues`, `pause`, `resume`, `limit`.
 //! - [`schedule`]: `schedule put/ls/rm/pause/resume/trigger`.
@@ -18,6 +19,7 @@ pub mod bench;
 pub mod client;
 pub mod flow;
 pub mod lock;
+pub mod locks;
 pub mod output;
 pub mod run;
 pub mod schedule;
@@ -40,6 +42,8 @@ pub enum ClientCommand {
     /// Print a lock's holder now and each change (a line, or JSON with --json), until
     /// interrupted.
     Watch(watch::WatchArgs),
+    /// The tenant's held locks, by name.
+    Locks(locks::LocksArgs),
     /// Run a command once per task of a queue: payload on stdin, exit 0 acks,
     /// anything else nacks with backoff; SIGTERM drains.
     Work(work::WorkArgs),
@@ -74,6 +78,7 @@ impl ClientCommand {
             ClientCommand::Lock(args) => lock::run(args).await,
             ClientCommand::Semaphore(args) => semaphore::run(args).await,
             ClientCommand::Watch(args) => watch::run(args).await,
+            ClientCommand::Locks(args) => locks::run(args).await,
             ClientCommand::Work(args) => work::run(args).await,
             ClientCommand::Enqueue(args) => admin::enqueue(args).await,
             ClientCommand::Stats(args) => admin::stats(args).await,

@@ -150,6 +150,8 @@ pub enum Listing {
     Groups,
     /// `ListSchedules`.
     Schedules,
+    /// `ListLocks`.
+    Locks,
 }
 
 impl Listing {
@@ -158,6 +160,7 @@ impl Listing {
             Listing::Queues => "q1.",
             Listing::Groups => "g1.",
             Listing::Schedules => "s1.",
+            Listing::Locks => "l1.",
         }
     }
 }

@@ -8,8 +8,9 @@ use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status};
 
 use super::{
+    flow::{self, Listing},
     pb::{self, lock_service_server::LockService},
-    rpc::{self, record, Bound, ResponseStream},
+    rpc::{self, record, record_count, Bound, ResponseStream},
 };
 use crate::{
     error::{Error, Result},
@@ -230,6 +231,42 @@ impl LockService for LockApi {
                 record("owner", owner);
                 let released = self.store.tenant(&call.tenant).release_all(owner).await?;
                 Ok(pb::ReleaseAllResponse { released })
+            },
+        )
+        .await
+    }
+
+    async fn list_locks(
+        &self,
+        request: Request<pb::ListLocksRequest>,
+    ) -> Result<Response<pb::ListLocksResponse>, Status> {
+        rpc::unary(
+            Method::ListLocks,
+            Bound::Race,
+            request,
+            |call, r| async move {
+                let prefix = validate::optional_name("prefix", &r.prefix)?;
+                let size = flow::page_size(r.page_size)?;
+                let after = flow::page_after(Listing::Locks, &r.page_token)?;
+                let page = self
+                    .store
+                    .tenant(&call.tenant)
+                    .list(prefix, after.as_deref(), size)
+                    .await?;
+                record_count(page.locks.len());
+                Ok(pb::ListLocksResponse {
+                    locks: page
+                        .locks
+                        .into_iter()
+                        .map(|(name, holder)| pb::LockSummary {
+                            name,
+                            owner: holder.owner,
+                            fencing_token: holder.fencing_token,
+                            expires_at: Some(timestamp_from_ms(holder.expires_at_ms)),
+                        })
+                        .collect(),
+                    next_page_token: flow::page_token(Listing::Locks, page.next_after),
+                })
             },
         )
         .await

@@ -9,6 +9,7 @@
 //! No proto type reaches this module: its adapter, `grpc/lock.rs`, converts.
 
 mod acquire;
+mod held_index;
 pub(crate) mod hold;
 mod model;
 mod owner_index;
@@ -29,6 +30,8 @@ use crate::{
     },
     shutdown::Shutdown,
 };
+pub use held_index::LockPage;
+use held_index::SlotRegistry;
 pub use model::{
     AcquireOutcome, AcquireSpec, Attempt, Description, Holder, Lease, Renewal, Stop, Won,
 };
@@ -58,6 +61,8 @@ pub struct LockStore {
     watchers: Arc<Watchers>,
     /// Where won locks are recorded for `ReleaseAll`.
     index: Arc<OwnerIndex>,
+    /// On a cluster, the slots of the index of held locks this replica registered.
+    slots: Arc<SlotRegistry>,
     limits: Limits,
     shutdown: Shutdown,
 }
@@ -73,6 +78,7 @@ impl LockStore {
     pub fn new(redis: Redis, limits: Limits, shutdown: Shutdown) -> Self {
         Self {
             index: Arc::new(OwnerIndex::new(redis.clone())),
+            slots: Arc::default(),
             redis,
             scripts: Arc::new(LockScripts::new()),
             waiters: Arc::default(),

@@ -33,12 +33,15 @@ impl LockStore {
         let mut call = self.scripts.acquire.key(&keys.lock);
         call.key(&keys.fence)
             .key(&keys.watched)
+            .key(&keys.index)
             .arg(token)
             .arg(&spec.owner)
             .arg(ttl_ms(spec.ttl))
             .arg(&spec.request_id)
             .arg(if will_wait { "1" } else { "0" })
-            .arg(self.redis.keys.channel(Event::LockChanged));
+            .arg(self.redis.keys.channel(Event::LockChanged))
+            .arg(&spec.name);
+        self.slots.register(&self.redis, keys.slot).await?;
         let attempt = if *indexed {
             self.redis.invoke_keyed(&keys.lock, &call).await
         } else {
@@ -101,9 +104,11 @@ impl LockStore {
     ) -> Result<bool> {
         let keys = self.redis.keys.lock(name);
         let mut call = self.scripts.release.key(&keys.lock);
-        call.arg(token)
+        call.key(&keys.index)
+            .arg(token)
             .arg(self.redis.keys.channel(Event::LockReleased))
-            .arg(generation_arg(generation));
+            .arg(generation_arg(generation))
+            .arg(name);
         let released: i64 = self.redis.invoke_keyed(&keys.lock, &call).await?;
         Ok(released == 1)
     }
@@ -129,10 +134,12 @@ impl LockStore {
     ) -> Result<Renewal> {
         let keys = self.redis.keys.lock(name);
         let mut call = self.scripts.extend.key(&keys.lock);
-        call.arg(token)
+        call.key(&keys.index)
+            .arg(token)
             .arg(ttl_ms(ttl))
             .arg(generation_arg(generation))
-            .arg(if take_over { "1" } else { "0" });
+            .arg(if take_over { "1" } else { "0" })
+            .arg(name);
         let reply: Vec<redis::Value> = self.redis.invoke_keyed(&keys.lock, &call).await?;
         match reply::int(&reply, 0)? {
             1 => {}
@@ -228,7 +235,7 @@ impl LockStore {
                 calls.spawn(async move {
                     let keys = store.redis.keys.lock(&name);
                     let mut call = store.scripts.release_owner.key(&keys.lock);
-                    call.arg(&owner).arg(&channel);
+                    call.key(&keys.index).arg(&owner).arg(&channel).arg(&name);
                     let freed: Result<i64> = store.redis.invoke_keyed(&keys.lock, &call).await;
                     freed.map(|freed| (at, freed == 1))
                 });

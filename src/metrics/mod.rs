@@ -275,8 +275,9 @@ impl Metrics {
     pub fn new(tenant_label: bool) -> Self {
         Self(Arc::new(Inner {
             tenant_label,
-            requests: Default::default(),
-            durations: Default::default(),
+            // std's Default stops at arrays of 32.
+            requests: std::array::from_fn(|_| Default::default()),
+            durations: std::array::from_fn(|_| Histogram::default()),
             streams: Default::default(),
             lateness: Histogram::default(),
             fires: AtomicU64::new(0),

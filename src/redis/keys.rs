@@ -16,6 +16,7 @@
 
 use std::sync::Arc;
 
+use super::slots;
 use crate::tenant::Tenant;
 
 /// Builds every key and channel name of one tenant under one `--key-prefix`. Cheap to
@@ -27,6 +28,8 @@ pub struct Keys {
     space: Arc<str>,
     /// The tenant, encoded: the last component of its channels.
     tenant: Arc<str>,
+    /// On a Redis Cluster: indexes kept per hash slot (see [`LockKeys::index`]).
+    slot_indexes: bool,
 }
 
 /// The keys of one lock name, all in one hash slot.
@@ -40,6 +43,14 @@ pub struct LockKeys {
     /// Set while a Watch stream watches the name (`src/lock/lua/watch.lua`), so that
     /// a win publishes lock-changed.
     pub watched: String,
+    /// The index of held locks that `ListLocks` reads, written by the lock scripts: a
+    /// zset, name -> lease end (Unix ms). On one Redis the tenant has one; on a
+    /// cluster one per hash slot, tagged to land on the lock's own slot (so that the
+    /// scripts stay single-slot), and the slots in use are listed in
+    /// [`Keys::lock_slots`].
+    pub index: String,
+    /// On a cluster, the slot of `index` (and of the lock).
+    pub slot: Option<u16>,
 }
 
 /// The keys of one semaphore name, all in one hash slot, in the order of `KEYS` in
@@ -116,7 +127,14 @@ impl Keys {
             space: prefix.clone(),
             prefix,
             tenant: encode_tenant(crate::tenant::DEFAULT_TENANT).into(),
+            slot_indexes: false,
         }
+    }
+
+    /// The same keys, with indexes kept per hash slot (a Redis Cluster).
+    pub fn with_slot_indexes(mut self) -> Self {
+        self.slot_indexes = true;
+        self
     }
 
     /// The same prefix, for `tenant`'s keys.
@@ -131,17 +149,41 @@ impl Keys {
             prefix: self.prefix.clone(),
             space,
             tenant: encoded.into(),
+            slot_indexes: self.slot_indexes,
         }
     }
 
     /// The keys of the lock `name`.
     pub fn lock(&self, name: &str) -> LockKeys {
-        let lock = format!("{}:lock:{{{}}}", self.space, encode(name));
+        let encoded = encode(name);
+        let lock = format!("{}:lock:{{{encoded}}}", self.space);
+        let slot = self.slot_indexes.then(|| slots::slot_of_tag(&encoded));
         LockKeys {
             fence: format!("{lock}:fence"),
             watched: format!("{lock}:watched"),
             lock,
+            index: self.lock_index(slot),
+            slot,
         }
+    }
+
+    /// Whether indexes are kept per hash slot (a Redis Cluster).
+    pub fn has_slot_indexes(&self) -> bool {
+        self.slot_indexes
+    }
+
+    /// The index of held locks on `slot` (a cluster), or the tenant's one (`None`).
+    pub fn lock_index(&self, slot: Option<u16>) -> String {
+        match slot {
+            Some(slot) => format!("{}:locks:{{{}}}", self.space, slots::tag_of_slot(slot)),
+            None => format!("{}:locks:{{{}}}", self.space, self.tenant),
+        }
+    }
+
+    /// On a cluster, the slots whose lock index holds (or held) this tenant's locks: a
+    /// set of slot numbers in the tenant's slot.
+    pub fn lock_slots(&self) -> String {
+        format!("{}:lock-slots:{{{}}}", self.space, self.tenant)
     }
 
     /// The keys of the semaphore `name` (its own name space, beside the locks').

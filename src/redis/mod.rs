@@ -21,6 +21,7 @@ pub mod keys;
 mod pool;
 pub(crate) mod reply;
 pub mod script;
+pub mod slots;
 mod url;
 mod version;
 mod wait;
@@ -222,7 +223,7 @@ impl Redis {
         Ok(Self {
             backend: Backend::Cluster(Arc::new(link)),
             timeout,
-            keys,
+            keys: keys.with_slot_indexes(),
             errors: ErrorCounts::default(),
             wait: None,
         })

@@ -88,7 +88,7 @@ fn write_auth_file(path: &PathBuf, grants: &[(&str, &str, &[&str])]) -> PathBuf 
 const ALL: &[&str] = &["lock", "produce", "consume", "admin"];
 
 /// Every RPC, and the permission the contract says it needs.
-const RPCS: [(&str, &str); 32] = [
+const RPCS: [(&str, &str); 33] = [
     ("Acquire", "lock"),
     ("Release", "lock"),
     ("Extend", "lock"),
@@ -111,6 +111,7 @@ const RPCS: [(&str, &str); 32] = [
     ("ConfigureGroup", "admin"),
     ("ListQueues", "admin"),
     ("ListGroups", "admin"),
+    ("ListLocks", "admin"),
     ("PutSchedule", "produce|admin"),
     ("GetSchedule", "produce|admin"),
     ("ListSchedules", "produce|admin"),
@@ -312,6 +313,10 @@ async fn call(
             .delete_schedule(pb::DeleteScheduleRequest {
                 name: "perm-schedule".into(),
             })
+            .await
+            .map(drop),
+        "ListLocks" => locks
+            .list_locks(pb::ListLocksRequest::default())
             .await
             .map(drop),
         "SemaphoreAcquire" => semaphores
@@ -1536,6 +1541,70 @@ async fn with_auth_on_queue_metrics_carry_the_tenant_and_never_a_token() -> Test
     assert!(
         !body.contains(shop_token) && !body.contains(rival_token),
         "{body}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_lists_only_its_own_held_locks() -> TestResult {
+    init_tracing();
+    let redis = TestRedis::start().await;
+    let (server, _) = server_with(
+        &redis,
+        &[
+            ("token-of-shop", "shop", ALL),
+            ("token-of-rival", "rival", ALL),
+        ],
+    )
+    .await;
+    let (mut shop, _) = clients(server.channel().await, Some("token-of-shop"));
+    let (mut rival, _) = clients(server.channel().await, Some("token-of-rival"));
+    for (locks, owner) in [(&mut shop, "shop-owner"), (&mut rival, "rival-owner")] {
+        let won = locks
+            .acquire(pb::AcquireRequest {
+                name: "checkout".into(),
+                owner: owner.into(),
+                ttl: ms(60_000),
+                ..Default::default()
+            })
+            .await?
+            .into_inner();
+        assert!(won.acquired, "the same name is another lock in each tenant");
+    }
+    shop.acquire(pb::AcquireRequest {
+        name: "shop-only".into(),
+        owner: "shop-owner".into(),
+        ttl: ms(60_000),
+        ..Default::default()
+    })
+    .await?;
+    let listed = |page: pb::ListLocksResponse| -> Vec<(String, String)> {
+        page.locks
+            .into_iter()
+            .map(|lock| (lock.name, lock.owner))
+            .collect()
+    };
+    let shop_sees = listed(
+        shop.list_locks(pb::ListLocksRequest::default())
+            .await?
+            .into_inner(),
+    );
+    assert_eq!(
+        shop_sees,
+        [
+            ("checkout".to_owned(), "shop-owner".to_owned()),
+            ("shop-only".to_owned(), "shop-owner".to_owned())
+        ]
+    );
+    let rival_sees = listed(
+        rival
+            .list_locks(pb::ListLocksRequest::default())
+            .await?
+            .into_inner(),
+    );
+    assert_eq!(
+        rival_sees,
+        [("checkout".to_owned(), "rival-owner".to_owned())]
     );
     Ok(())
 }

@@ -16,12 +16,12 @@ use turnstile::{
         schedule, task_spec::Schedule as TaskSchedule, AckRequest, AcquireRequest, CancelRequest,
         CheckFenceRequest, ConfigureGroupRequest, ConfigureQueueRequest, DeleteScheduleRequest,
         DescribeRequest, EnqueueRequest, ExtendLeaseRequest, ExtendRequest, GetScheduleRequest,
-        HoldRequest, LeaseRequest, ListGroupsRequest, ListQueuesRequest, ListSchedulesRequest,
-        NackRequest, PeekRequest, PutScheduleRequest, RateLimit, RedriveRequest, ReleaseAllRequest,
-        ReleaseRequest, Schedule, ScheduledTask, SemaphoreServiceAcquireRequest,
-        SemaphoreServiceDescribeRequest, SemaphoreServiceExtendRequest,
-        SemaphoreServiceHoldRequest, SemaphoreServiceReleaseRequest, StatsRequest,
-        SubscribeRequest, TaskSpec, TaskState, TriggerScheduleRequest, WatchRequest,
+        HoldRequest, LeaseRequest, ListGroupsRequest, ListLocksRequest, ListQueuesRequest,
+        ListSchedulesRequest, NackRequest, PeekRequest, PutScheduleRequest, RateLimit,
+        RedriveRequest, ReleaseAllRequest, ReleaseRequest, Schedule, ScheduledTask,
+        SemaphoreServiceAcquireRequest, SemaphoreServiceDescribeRequest,
+        SemaphoreServiceExtendRequest, SemaphoreServiceHoldRequest, SemaphoreServiceReleaseRequest,
+        StatsRequest, SubscribeRequest, TaskSpec, TaskState, TriggerScheduleRequest, WatchRequest,
     },
 };
 
@@ -891,6 +891,31 @@ async fn every_bad_field_of_every_rpc_is_invalid_argument_naming_it_before_redis
         }
     );
 
+    case!(
+        locks.list_locks,
+        "page_token",
+        ListLocksRequest {
+            page_token: "q1.6c".into(),
+            ..Default::default()
+        }
+    );
+    case!(
+        locks.list_locks,
+        "page_size",
+        ListLocksRequest {
+            page_size: 1001,
+            ..Default::default()
+        }
+    );
+    case!(
+        locks.list_locks,
+        "prefix",
+        ListLocksRequest {
+            prefix: CONTROL.into(),
+            ..Default::default()
+        }
+    );
+
     // Semaphores: `limit` has no default and a ceiling; `permits` never over it.
     let take = |limit: u32, permits: u32| SemaphoreServiceAcquireRequest {
         name: "s".into(),
@@ -994,7 +1019,7 @@ async fn every_bad_field_of_every_rpc_is_invalid_argument_naming_it_before_redis
         let status = call.await.expect_err(&label);
         assert_eq!(named_field(&status), field, "{label}");
     }
-    assert_eq!(total, 144, "cases dropped from the table");
+    assert_eq!(total, 147, "cases dropped from the table");
     assert_eq!(
         redis.command_calls("evalsha").await,
         scripts,

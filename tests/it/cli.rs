@@ -13,7 +13,7 @@ use std::{
     time::Duration,
 };
 
-use common::{eventually, ms, TempDir, TestRedis, TestResult, TestServer, BIN, WAIT};
+use common::{eventually, json_field, ms, TempDir, TestRedis, TestResult, TestServer, BIN, WAIT};
 use redis::AsyncCommands;
 use tokio::{
     io::{AsyncBufReadExt, AsyncRead, BufReader},
@@ -568,6 +568,39 @@ async fn semaphore_runs_the_command_holding_permits_and_exits_as_lock_does() -> 
     .await;
     assert_eq!(status.code(), Some(1));
     assert!(err.contains("INVALID_ARGUMENT: permits:"), "{err}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_lists_the_held_locks_as_a_table_or_json() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut locks = server.locks().await;
+    for name in ["db-migrate", "db-backup", "cron"] {
+        locks
+            .acquire(pb::AcquireRequest {
+                name: name.into(),
+                owner: format!("{name}-owner"),
+                ttl: ms(60_000),
+                ..Default::default()
+            })
+            .await?;
+    }
+    let (status, out, err) = output(cli(&server).args(["locks", "--prefix", "db-"])).await;
+    assert!(status.success(), "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    assert!(
+        lines[0].starts_with("LOCK") && lines[0].contains("FENCING_TOKEN"),
+        "{out}"
+    );
+    assert!(lines[1].starts_with("db-backup") && lines[1].contains("db-backup-owner"));
+    assert!(lines[2].starts_with("db-migrate"), "{out}");
+    let (status, out, _) = output(cli(&server).args(["locks", "--json"])).await;
+    assert!(status.success());
+    let names: Vec<String> = out.lines().map(|line| json_field(line, "name")).collect();
+    assert_eq!(names, ["cron", "db-backup", "db-migrate"]);
+    assert!(out.contains("\"fencing_token\":"), "{out}");
     Ok(())
 }
 

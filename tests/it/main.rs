@@ -16,6 +16,7 @@ mod flow;
 mod guides;
 mod interop;
 mod layers;
+mod list_locks;
 mod lock;
 mod model;
 mod process;

@@ -103,6 +103,15 @@ impl LockService for NoopLocks {
         ))
     }
 
+    async fn list_locks(
+        &self,
+        _: Request<pb::ListLocksRequest>,
+    ) -> Result<Response<pb::ListLocksResponse>, Status> {
+        Err(Status::unimplemented(
+            "the no-op server answers Acquire and Release only",
+        ))
+    }
+
     async fn release_all(
         &self,
         _: Request<pb::ReleaseAllRequest>,

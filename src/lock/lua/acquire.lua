@@ -7,6 +7,10 @@
 -- ARGV[3]  ttl in ms
 -- ARGV[4]  request_id ('' for none)
 -- KEYS[3]  watched: set while a Watch stream watches the name (watch.lua)
+-- KEYS[4]  index: the held locks ListLocks reads (zset name -> lease end, Unix ms);
+--          a win adds the name, and drops at most two names whose lease ended, so
+--          the index follows the held locks, not every name ever taken
+-- ARGV[7]  the lock's name (its index member)
 -- ARGV[5]  '1' if the caller will wait when the lock is held (marks the lease so that
 --          its release publishes a wake-up), else '0'
 -- ARGV[6]  the lock-changed channel: a win of a watched name is published on it (the
@@ -17,9 +21,9 @@
 -- Returns {1, token, fencing, expires_at_ms} acquired (or the same lease again for a
 -- retried owner + request_id), {0, owner, fencing, expires_at_ms} held by another.
 --- @include "lease"
-local lock, fence, watched = KEYS[1], KEYS[2], KEYS[3]
-local new_token, caller_owner, ttl_ms, caller_request_id, will_wait, changed_channel =
-  ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local lock, fence, watched, index = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local new_token, caller_owner, ttl_ms, caller_request_id, will_wait, changed_channel, name =
+  ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
 
 local got = redis.call('MGET', lock, fence, watched)
 if got[1] then
@@ -48,6 +52,11 @@ end
 redis.call('SET', lock, pack_lease(new_token, marks, fencing, expires_at, caller_owner,
   caller_request_id), 'PX', ttl)
 redis.call('SET', fence, fencing, 'PX', ttl + 60000)
+local ended = redis.call('ZRANGE', index, '-inf', expires_at - ttl, 'BYSCORE', 'LIMIT', 0, 2)
+if #ended > 0 then
+  redis.call('ZREM', index, unpack(ended))
+end
+redis.call('ZADD', index, expires_at, name)
 if got[3] then
   redis.call('PUBLISH', changed_channel, lock)
 end
