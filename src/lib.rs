@@ -1,7 +1,7 @@
-//! turnstile: distributed locks, task queues and schedules over gRPC, kept in Redis,
-//! every state change one Lua script. This library is the server; the client-side code (the
-//! command line, the benchmark) lives in the binary's own module tree and uses only
-//! what is public here.
+//! turnstile: distributed locks, semaphores, task queues and schedules over gRPC, kept
+//! in Redis, every state change one Lua script. This library is the server; the
+//! client-side code (the command line, the benchmark) lives in the binary's own module
+//! tree and uses only what is public here.
 //!
 //! The layers, top to bottom (ARCHITECTURE.md draws them with a request's path); a
 //! module imports only from layers below its own:
@@ -9,12 +9,15 @@
 //!   defaults beside their flags) and [`server`] (`run(config, listener, shutdown)`
 //!   wires the layers below; `main` and the tests both call it).
 //! - the gRPC face, [`grpc`]: the only code that knows tonic and the protobuf types:
-//!   router, the one RPC path, the lock, queue and schedule adapters, the auth layer, wire,
-//!   connections, TLS, deadlines, heartbeats, trace context, health, [`pb`].
+//!   router, the one RPC path, the lock, queue, schedule and semaphore adapters, the
+//!   auth layer, wire, connections, TLS, deadlines, heartbeats, trace context, health,
+//!   [`pb`].
 //! - the domain: [`lock`] (`LockStore`, Hold, waiters), [`queue`] (`QueueStore`,
 //!   long polls, the Subscribe scheduler) and [`schedule`] (`ScheduleStore`, fire
 //!   times, the fire timer; it enqueues through a port the composition root fills
-//!   with the queue store), each with its Lua scripts.
+//!   with the queue store), each with its Lua scripts; above them [`semaphore`]
+//!   (`SemaphoreStore`, its line of waiters in Redis), built on the locks' leases and
+//!   Hold engine.
 //! - below the domain: [`redis`] (connections, keys, scripts, events, the embedded
 //!   `redis-server`), [`auth`] (tokens, tenants, permissions: policy only),
 //!   [`metrics`].

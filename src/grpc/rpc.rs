@@ -214,7 +214,7 @@ struct Counted {
 impl Counted {
     fn new(metrics: &Metrics, method: Method) -> Self {
         let kind = match method {
-            Method::Hold => Some(StreamKind::Hold),
+            Method::Hold | Method::SemaphoreHold => Some(StreamKind::Hold),
             Method::Subscribe => Some(StreamKind::Subscribe),
             Method::Watch => Some(StreamKind::Watch),
             _ => None,

@@ -246,7 +246,7 @@ async fn the_python_examples_run_as_printed() -> TestResult {
     let Some(guide) = prepare(
         PYTHON_SETUP,
         "python-guide",
-        "gen/turnstile/v1/schedule_pb2_grpc.py",
+        "gen/turnstile/v1/semaphore_pb2_grpc.py",
     )
     .await
     else {
@@ -289,6 +289,7 @@ async fn the_python_examples_run_as_printed() -> TestResult {
         let flow = block.code.contains("group_max_in_flight=1");
         let schedule = block.code.contains("PutSchedule(");
         let watch = block.code.contains("locks.Watch(");
+        let semaphore = block.code.contains("semaphores.Acquire(");
         let printed = tokio::task::spawn_blocking(move || {
             let mut python = Command::new(dir.join(".venv/bin/python"));
             python
@@ -315,6 +316,16 @@ async fn the_python_examples_run_as_printed() -> TestResult {
                     && printed.contains("leader: db-2 with fencing token"),
                 "{printed}"
             );
+        }
+        // Eight orders through two permits: never more than two at once, all given back.
+        if semaphore {
+            for wanted in [
+                "8 orders charged, at most ",
+                "calls to the provider at once; within the limit: True",
+                "in use now: 0 of 2 waiting: 0",
+            ] {
+                assert!(printed.contains(wanted), "no {wanted:?} in {printed}");
+            }
         }
         // The schedule was stored and answers its next fire time.
         if schedule {
@@ -489,6 +500,14 @@ async fn the_shell_blocks_run_as_printed() -> TestResult {
     expect(
         "turnstile lock nightly-report",
         &["one machine reports, with fencing token 1"],
+    );
+    expect(
+        "turnstile semaphore payment-provider",
+        &["charging with fencing token "],
+    );
+    expect(
+        "turnstile locks --prefix deploy",
+        &["LOCK", "deploy", "ci-7"],
     );
     expect(
         "turnstile lock weekly-digest",

@@ -156,7 +156,11 @@ async fn a_failing_script_names_the_file_and_line_of_ours_that_failed() -> TestR
     let mut conn = redis.conn().await;
     let () = conn.set("broken", "x").await?;
     let mut call = release.key("broken");
-    call.arg("token").arg("channel").arg("");
+    call.key("index")
+        .arg("token")
+        .arg("channel")
+        .arg("")
+        .arg("broken");
     let err = handle
         .invoke::<i64>(&call)
         .await
@@ -214,12 +218,17 @@ async fn lock_scripts_release_only_their_own_lease_and_a_takeover_locks_out_the_
             .find(|script| script.source.name == name)
             .unwrap()
     };
-    let keys = ["lock".to_owned(), "fence".to_owned(), "watched".to_owned()];
+    let keys = [
+        "lock".to_owned(),
+        "fence".to_owned(),
+        "watched".to_owned(),
+        "index".to_owned(),
+    ];
     let won: Vec<redis::Value> = eval(
         &mut conn,
         by("acquire.lua"),
         &keys,
-        &["tok-a", "ada", "60000", "r1", "1", "ch"],
+        &["tok-a", "ada", "60000", "r1", "1", "ch", "n"],
     )
     .await?;
     assert_eq!(won[0], redis::Value::Int(1));
@@ -228,7 +237,7 @@ async fn lock_scripts_release_only_their_own_lease_and_a_takeover_locks_out_the_
         &mut conn,
         by("acquire.lua"),
         &keys,
-        &["tok-b", "ada", "60000", "r1", "0", "ch"],
+        &["tok-b", "ada", "60000", "r1", "0", "ch", "n"],
     )
     .await?;
     assert_eq!(again[1], won[1]);
@@ -236,15 +245,29 @@ async fn lock_scripts_release_only_their_own_lease_and_a_takeover_locks_out_the_
         &mut conn,
         by("acquire.lua"),
         &keys,
-        &["tok-c", "bob", "60000", "", "1", "ch"],
+        &["tok-c", "bob", "60000", "", "1", "ch", "n"],
     )
     .await?;
     assert_eq!(other[0], redis::Value::Int(0));
     // Release and ReleaseAll of someone else change nothing.
-    let lock = &keys[..1];
-    let released: i64 = eval(&mut conn, by("release.lua"), lock, &["tok-c", "ch", ""]).await?;
+    let lock = &[keys[0].clone(), keys[3].clone()];
+    let listed: Vec<String> = conn.zrange("index", 0, -1).await?;
+    assert_eq!(listed, ["n"], "the win is in the index of held locks");
+    let released: i64 = eval(
+        &mut conn,
+        by("release.lua"),
+        lock,
+        &["tok-c", "ch", "", "n"],
+    )
+    .await?;
     assert_eq!(released, 0);
-    let released: i64 = eval(&mut conn, by("release_owner.lua"), lock, &["bob", "ch"]).await?;
+    let released: i64 = eval(
+        &mut conn,
+        by("release_owner.lua"),
+        lock,
+        &["bob", "ch", "n"],
+    )
+    .await?;
     assert_eq!(released, 0);
     assert!(conn.exists::<_, bool>("lock").await?);
     // A take-over (a Hold re-attaching) moves the generation: the old stream's
@@ -253,7 +276,7 @@ async fn lock_scripts_release_only_their_own_lease_and_a_takeover_locks_out_the_
         &mut conn,
         by("extend.lua"),
         lock,
-        &["tok-a", "60000", "", "1"],
+        &["tok-a", "60000", "", "1", "n"],
     )
     .await?;
     assert_eq!(
@@ -264,18 +287,34 @@ async fn lock_scripts_release_only_their_own_lease_and_a_takeover_locks_out_the_
         &mut conn,
         by("extend.lua"),
         lock,
-        &["tok-a", "60000", "0", "0"],
+        &["tok-a", "60000", "0", "0", "n"],
     )
     .await?;
     assert_eq!(stale, [2]);
-    let released: i64 = eval(&mut conn, by("release.lua"), lock, &["tok-a", "ch", "0"]).await?;
+    let released: i64 = eval(
+        &mut conn,
+        by("release.lua"),
+        lock,
+        &["tok-a", "ch", "0", "n"],
+    )
+    .await?;
     assert_eq!(released, 0);
     // The holder's own release frees it, and wakes the waiter bob marked it for.
     let mut pubsub = redis.client().get_async_pubsub().await?;
     pubsub.subscribe("ch").await?;
-    let released: i64 = eval(&mut conn, by("release.lua"), lock, &["tok-a", "ch", "1"]).await?;
+    let released: i64 = eval(
+        &mut conn,
+        by("release.lua"),
+        lock,
+        &["tok-a", "ch", "1", "n"],
+    )
+    .await?;
     assert_eq!(released, 1);
     assert!(!conn.exists::<_, bool>("lock").await?);
+    assert!(
+        !conn.exists::<_, bool>("index").await?,
+        "the release left the index"
+    );
     let message = tokio::time::timeout(common::WAIT, pubsub.on_message().next())
         .await?
         .expect("a wake-up");
