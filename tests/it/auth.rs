@@ -1610,6 +1610,42 @@ async fn a_tenant_lists_only_its_own_held_locks() -> TestResult {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_of_one_tenant_is_not_another_tenants() -> TestResult {
+    init_tracing();
+    let redis = TestRedis::start().await;
+    let (server, _) = server_with(
+        &redis,
+        &[
+            ("token-of-shop", "shop", ALL),
+            ("token-of-rival", "rival", ALL),
+        ],
+    )
+    .await;
+    let (_, mut shop) = other_clients(server.channel().await, Some("token-of-shop"));
+    let (_, mut rival) = other_clients(server.channel().await, Some("token-of-rival"));
+    let take = |limit| pb::SemaphoreServiceAcquireRequest {
+        name: "provider".into(),
+        owner: "o".into(),
+        limit,
+        ttl: ms(60_000),
+        ..Default::default()
+    };
+    assert!(shop.acquire(take(1)).await?.into_inner().acquired);
+    // The rival's semaphore of the same name is empty, and its own limit applies.
+    let rivals = rival.acquire(take(5)).await?.into_inner();
+    assert!(rivals.acquired);
+    assert_eq!((rivals.in_use, rivals.limit), (1, 5));
+    let seen = shop
+        .describe(pb::SemaphoreServiceDescribeRequest {
+            name: "provider".into(),
+        })
+        .await?
+        .into_inner();
+    assert_eq!((seen.in_use, seen.limit, seen.holders.len()), (1, 1, 1));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_sees_and_fires_only_its_own_schedules() -> TestResult {
     init_tracing();
     let redis = TestRedis::start().await;

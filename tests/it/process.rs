@@ -520,7 +520,15 @@ fn assert_fields(line: &serde_json::Value, fields: &[&str]) {
 fn bench_runs_its_scenarios_and_reports_json() {
     let lines = bench_json(
         &["--duration", "300ms", "--concurrency", "8"],
-        &["lock", "handoff", "queue", "pickup", "seckill", "watch"],
+        &[
+            "lock",
+            "handoff",
+            "queue",
+            "pickup",
+            "seckill",
+            "watch",
+            "semaphore",
+        ],
         &[
             "lock",
             "handoff",
@@ -529,6 +537,7 @@ fn bench_runs_its_scenarios_and_reports_json() {
             "pickup",
             "seckill",
             "watch",
+            "semaphore",
         ],
     );
     let floor = ["floor_ops_per_s", "ratio_to_floor"];
@@ -564,6 +573,13 @@ fn bench_runs_its_scenarios_and_reports_json() {
         assert!(goals.iter().all(|goal| goal["met"].is_boolean()), "{line}");
     }
     assert_eq!(lines[5]["goals"][0]["met"], true, "{}", lines[5]);
+    // The semaphore's grants never saw more than its 8 permits in use.
+    assert!(
+        lines[7]["grants"].as_u64().is_some_and(|n| n > 0),
+        "{}",
+        lines[7]
+    );
+    assert_eq!(lines[7]["goals"][0]["met"], true, "{}", lines[7]);
 }
 
 #[test]

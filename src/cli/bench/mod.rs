@@ -14,6 +14,7 @@ mod report;
 mod sample;
 mod scale;
 mod schedules;
+mod semaphore;
 mod target;
 mod watch;
 
@@ -40,6 +41,9 @@ pub enum Scenario {
     /// A `Watch` stream on one name: from an Acquire or Release sent to the watcher's
     /// event.
     Watch,
+    /// 32 clients share 8 permits of one semaphore (one or two each): grants/s and
+    /// the wait in line.
+    Semaphore,
     /// Producers and Subscribe workers end to end, one Ack per task and batched.
     Queue,
     /// Enqueue → push to an idle subscriber, one task every 5 ms.
@@ -216,6 +220,7 @@ async fn one_scenario(
             Scenario::Lock => vec![locks::lock(target, args.concurrency, args.duration).await?],
             Scenario::Handoff => vec![locks::handoff(target, args.duration).await?],
             Scenario::Watch => vec![watch::watch(target, args.duration).await?],
+            Scenario::Semaphore => vec![semaphore::semaphore(target, args.duration).await?],
             Scenario::Queue => vec![
                 queues::queue(target, args.duration, false).await?,
                 queues::queue(target, args.duration, true).await?,

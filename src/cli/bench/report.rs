@@ -240,6 +240,12 @@ impl Report {
             "handoff" => vec![Goal::at_most("p99_ms", p99, 2.0)],
             // The contract: a change reaches a watcher within 10 ms at p99.
             "watch" => vec![Goal::at_most("p99_ms", p99, 10.0)],
+            // The contract: no grant ever sees more permits in use than the limit (8).
+            "semaphore" => vec![Goal::at_most(
+                "most_in_use",
+                self.number("most_in_use"),
+                8.0,
+            )],
             "queue" => vec![Goal::at_least("ops_per_s", self.ops_per_s, 35_000.0)],
             "queue_batched" => vec![Goal::at_least(
                 "ratio_to_floor",
