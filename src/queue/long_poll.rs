@@ -55,22 +55,42 @@ impl QueueStore {
     ) -> Result<Unclaimed<Vec<Task>>> {
         let until = Instant::now() + wait;
         let changed = self.changes(queue);
+        // Redis trouble once the call is waiting is retried (bounded by the wait and the
+        // deadline), as a waiting Acquire does: after a Redis restart the first look,
+        // woken by the new subscription, may meet a pooled socket to the old process
+        // (a loaded run saw `broken pipe` fail a long poll that would have won).
+        let mut retry_backoff = Duration::from_millis(50);
+        let mut waited = false;
         loop {
             // Registered before the look, so a message sent during it is not missed.
             let notified = changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let leased = self.lease_once(queue, spec).await?;
-            self.held_back(queue, &leased.held_back);
-            if !leased.tasks.is_empty() || Instant::now() >= until {
-                return Ok(self.taken(queue, leased.tasks));
-            }
-            let next = leased
-                .next_due_ms
-                .map(|ms| Instant::now() + until_ms(ms) + Duration::from_millis(1));
+            let (next, retry_at) = match self.lease_once(queue, spec).await {
+                Ok(leased) => {
+                    self.held_back(queue, &leased.held_back);
+                    if !leased.tasks.is_empty() || Instant::now() >= until {
+                        return Ok(self.taken(queue, leased.tasks));
+                    }
+                    retry_backoff = Duration::from_millis(50);
+                    let next = leased
+                        .next_due_ms
+                        .map(|ms| Instant::now() + until_ms(ms) + Duration::from_millis(1));
+                    (next, None)
+                }
+                Err(err) if !waited || Instant::now() >= until => return Err(err),
+                Err(err) => {
+                    tracing::debug!(queue, cause = %err, "long poll look failed while waiting; retrying");
+                    let at = Instant::now() + retry_backoff;
+                    retry_backoff = (retry_backoff * 2).min(Duration::from_secs(1));
+                    (None, Some(at))
+                }
+            };
+            waited = true;
             tokio::select! {
                 () = notified => {}
                 () = sleep_until_some(next) => {}
+                () = sleep_until_some(retry_at) => {}
                 () = tokio::time::sleep_until(until) => {}
                 () = sleep_until_some(deadline) => return Err(Error::DeadlineExceeded),
                 () = cancel.cancelled() => return Err(Error::ShuttingDown),
