@@ -71,6 +71,16 @@ pub struct Config {
     )]
     pub metrics_listen: SocketAddr,
 
+    /// Address of the web dashboard, or `off`. Without --auth-file it must be a
+    /// loopback address (as --listen), unless --insecure-no-auth.
+    #[arg(
+        long,
+        env = "TURNSTILE_DASHBOARD_LISTEN",
+        default_value = "127.0.0.1:8080",
+        value_parser = parse_dashboard_listen
+    )]
+    pub dashboard_listen: DashboardListen,
+
     /// An idle stream carries a Heartbeat at least this often.
     #[arg(long, env = "TURNSTILE_STREAM_HEARTBEAT", default_value = "15s", value_parser = parse_duration)]
     pub stream_heartbeat: Duration,
@@ -193,22 +203,44 @@ impl Config {
     /// Refuses to serve everyone on a reachable address by accident: without an auth
     /// file, --listen must be a loopback address unless --insecure-no-auth says so.
     pub fn check_exposure(&self) -> Result<(), String> {
-        if self.auth_file.is_some() || self.listen.ip().is_loopback() {
+        if self.auth_file.is_some() {
             return Ok(());
         }
+        // The gRPC port, then the dashboard (the same rule: it shows and steers the
+        // same things).
+        let exposed = [Some(self.listen), self.dashboard_listen.0]
+            .into_iter()
+            .flatten()
+            .find(|addr| !addr.ip().is_loopback());
+        let Some(exposed) = exposed else {
+            return Ok(());
+        };
         if self.insecure_no_auth {
             tracing::warn!(
-                listen = %self.listen,
+                listen = %exposed,
                 "serving without --auth-file on a non-loopback address: anyone who can reach it may use every lock and queue"
             );
             return Ok(());
         }
         Err(format!(
-            "refusing to listen on {} without --auth-file: anyone who could reach it could use every lock and queue; \
-             give --auth-file, listen on a loopback address, or pass --insecure-no-auth",
-            self.listen
+            "refusing to listen on {exposed} without --auth-file: anyone who could reach it could use every lock and queue; \
+             give --auth-file, listen on a loopback address, or pass --insecure-no-auth"
         ))
     }
+}
+
+/// `--dashboard-listen`: an address, or `off` (`None`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DashboardListen(pub Option<SocketAddr>);
+
+fn parse_dashboard_listen(value: &str) -> Result<DashboardListen, String> {
+    if value.eq_ignore_ascii_case("off") {
+        return Ok(DashboardListen(None));
+    }
+    value
+        .parse()
+        .map(|addr| DashboardListen(Some(addr)))
+        .map_err(|err| format!("{value:?}: {err} (an address like 127.0.0.1:8080, or off)"))
 }
 
 /// Parses `--max-message-size`: bytes, from 1 KiB (a smaller ceiling would refuse
@@ -304,6 +336,25 @@ mod tests {
         config.insecure_no_auth = true;
         assert_eq!(config.check_exposure(), Ok(()));
         config.insecure_no_auth = false;
+        config.auth_file = Some("tokens.toml".into());
+        assert_eq!(config.check_exposure(), Ok(()));
+    }
+
+    #[test]
+    fn the_dashboard_is_off_or_loopback_without_an_auth_file() {
+        let mut config = Config::for_redis("redis://127.0.0.1:1");
+        assert_eq!(
+            config.dashboard_listen,
+            DashboardListen(Some("127.0.0.1:8080".parse().unwrap()))
+        );
+        assert_eq!(parse_dashboard_listen("off"), Ok(DashboardListen(None)));
+        assert!(parse_dashboard_listen("8080").is_err());
+        config.dashboard_listen = DashboardListen(Some("0.0.0.0:8080".parse().unwrap()));
+        let refused = config.check_exposure().unwrap_err();
+        assert!(refused.contains("0.0.0.0:8080"), "{refused}");
+        config.dashboard_listen = DashboardListen(None);
+        assert_eq!(config.check_exposure(), Ok(()));
+        config.dashboard_listen = DashboardListen(Some("0.0.0.0:8080".parse().unwrap()));
         config.auth_file = Some("tokens.toml".into());
         assert_eq!(config.check_exposure(), Ok(()));
     }

@@ -12,6 +12,8 @@
 //!   router, the one RPC path, the lock, queue, schedule and semaphore adapters, the
 //!   auth layer, wire, connections, TLS, deadlines, heartbeats, trace context, health,
 //!   [`pb`].
+//! - the web dashboard, [`web`], beside the gRPC face: its pages read the same stores
+//!   under the same tenants.
 //! - the domain: [`lock`] (`LockStore`, Hold, waiters), [`queue`] (`QueueStore`,
 //!   long polls, the Subscribe scheduler) and [`schedule`] (`ScheduleStore`, fire
 //!   times, the fire timer; it enqueues through a port the composition root fills
@@ -43,6 +45,7 @@ pub(crate) mod tenant;
 pub mod time;
 pub mod token;
 pub(crate) mod validate;
+pub mod web;
 
 /// The generated protobuf types and gRPC clients: the public surface clients build on.
 pub use grpc::pb;

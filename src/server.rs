@@ -33,6 +33,7 @@ use crate::{
     semaphore::SemaphoreStore,
     shutdown::Shutdown,
     tenant::Tenant,
+    web,
 };
 
 /// Serves on `listener` until `shutdown_signal` completes, then shuts down gracefully.
@@ -234,12 +235,33 @@ async fn serve(
     queues.register_metrics(&metrics);
     schedules.timer().register_metrics(&metrics);
     metrics::spawn(metrics_listener, metrics.clone(), shutdown);
+    let dashboard_addr = match config.dashboard_listen.0 {
+        Some(addr) => {
+            let listener = TcpListener::bind(addr)
+                .await
+                .map_err(|err| format!("cannot listen for the dashboard on {addr}: {err}"))?;
+            let bound = listener.local_addr().map_err(|err| err.to_string())?;
+            web::spawn(
+                listener,
+                web::Dashboard {
+                    queues: queues.clone(),
+                    locks: locks.clone(),
+                    schedules: schedules.clone(),
+                    auth: auth.clone(),
+                },
+                shutdown,
+            );
+            Some(bound)
+        }
+        None => None,
+    };
 
     auth.spawn_reloader(shutdown);
     let addr = listener.local_addr().map_err(|err| err.to_string())?;
     tracing::info!(
         %addr,
         metrics = %metrics_addr,
+        dashboard = %dashboard_addr.map_or_else(|| "off".to_owned(), |addr| format!("http://{addr}/")),
         tls = tls.is_some(),
         auth = auth.is_on(),
         "ready"

@@ -232,6 +232,15 @@ impl Caller {
     }
 }
 
+/// Who a dashboard request is: the tenant it sees and whether it may act on it.
+#[derive(Clone, Debug)]
+pub struct Viewer {
+    /// The only tenant its pages show.
+    pub tenant: Tenant,
+    /// The token has `admin`: the pages offer actions.
+    pub admin: bool,
+}
+
 /// The shared auth state: the policy in force and a signal when it changes. Cheap to
 /// clone.
 #[derive(Clone, Debug)]
@@ -340,6 +349,31 @@ impl Auth {
             }));
         }
         Some(self.check_token(&policy, permission, authorization))
+    }
+
+    /// Who a dashboard request is, from its `Authorization` header's value: any known
+    /// token sees its own tenant (read only without `admin`); with auth off, the
+    /// tenant `default`, with every permission.
+    pub fn viewer(&self, authorization: Option<&[u8]>) -> Result<Viewer> {
+        let policy = self.policy();
+        if let Policy::Open = *policy {
+            return Ok(Viewer {
+                tenant: Tenant::default(),
+                admin: true,
+            });
+        }
+        let token = bearer(authorization.ok_or_else(|| {
+            Error::Unauthenticated(
+                "the dashboard needs a bearer token: send `Authorization: Bearer <token>`".into(),
+            )
+        })?)?;
+        let grant = policy
+            .grant(&sha256(token))
+            .ok_or_else(|| Error::Unauthenticated("unknown bearer token".into()))?;
+        Ok(Viewer {
+            tenant: grant.tenant.clone(),
+            admin: grant.permissions.has(Permission::Admin),
+        })
     }
 
     fn check_token(

@@ -66,25 +66,6 @@ fn clients(channel: Channel, token: Option<&str>) -> (Locks, Queues) {
     )
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Writes an auth file of `(token, tenant, permissions)` entries; returns its path.
-fn write_auth_file(path: &PathBuf, grants: &[(&str, &str, &[&str])]) -> PathBuf {
-    let mut text = String::new();
-    for (token, tenant, permissions) in grants {
-        let permissions: Vec<String> = permissions.iter().map(|p| format!("{p:?}")).collect();
-        text.push_str(&format!(
-            "[[token]]\nsha256 = \"{}\"\ntenant = {tenant:?}\npermissions = [{}]\n\n",
-            hex(&turnstile::auth::sha256(token)),
-            permissions.join(", ")
-        ));
-    }
-    std::fs::write(path, text).expect("write auth file");
-    path.clone()
-}
-
 const ALL: &[&str] = &["lock", "produce", "consume", "admin"];
 
 /// Every RPC, and the permission the contract says it needs.
@@ -998,6 +979,7 @@ fn serve_on(listen: &str, extra: &[&str]) -> (Option<std::process::ExitStatus>, 
             "127.0.0.1:0",
         ])
         .args(["--redis-url", "redis://127.0.0.1:1"])
+        .env("TURNSTILE_DASHBOARD_LISTEN", "off")
         .args(extra)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())

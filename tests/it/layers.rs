@@ -27,8 +27,9 @@ const LAYERS: &[(&str, u8)] = &[
     ("schedule", 6),
     // Built on the locks' leases and Hold engine.
     ("semaphore", 7),
-    // The gRPC face.
+    // The gRPC face, and the dashboard beside it.
     ("grpc", 8),
+    ("web", 8),
     // Composition.
     ("config", 9),
     ("server", 10),

@@ -11,6 +11,7 @@ mod bad_input;
 mod chaos;
 mod cli;
 mod cluster;
+mod dashboard;
 mod faults;
 mod flow;
 mod guides;

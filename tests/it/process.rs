@@ -715,6 +715,7 @@ async fn settings_are_read_from_their_turnstile_environment_variables() -> TestR
             .env("TURNSTILE_LISTEN", format!("127.0.0.1:{port}"))
             .env("TURNSTILE_REDIS_URL", redis.url())
             .env("TURNSTILE_METRICS_LISTEN", "127.0.0.1:0")
+            .env("TURNSTILE_DASHBOARD_LISTEN", "127.0.0.1:0")
             .env("TURNSTILE_KEY_PREFIX", "envtest")
             .env("TURNSTILE_LOG_FORMAT", "json")
             .env("TURNSTILE_STREAM_HEARTBEAT", "100ms")

@@ -244,6 +244,9 @@ async fn spawn_exe(exe: &Path, args: &[&str]) -> Result<(Child, String), String>
         .args(args)
         .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
         .env("TURNSTILE_LOG", "info")
+        // Servers started side by side must not all take the dashboard's fixed port
+        // (an older build ignores the variable).
+        .env("TURNSTILE_DASHBOARD_LISTEN", "off")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

@@ -64,3 +64,25 @@ pub async fn next_task(
         }
     }
 }
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Writes an auth file of `(token, tenant, permissions)` entries; returns its path.
+pub fn write_auth_file(
+    path: &std::path::Path,
+    grants: &[(&str, &str, &[&str])],
+) -> std::path::PathBuf {
+    let mut text = String::new();
+    for (token, tenant, permissions) in grants {
+        let permissions: Vec<String> = permissions.iter().map(|p| format!("{p:?}")).collect();
+        text.push_str(&format!(
+            "[[token]]\nsha256 = \"{}\"\ntenant = {tenant:?}\npermissions = [{}]\n\n",
+            hex(&turnstile::auth::sha256(token)),
+            permissions.join(", ")
+        ));
+    }
+    std::fs::write(path, text).expect("write auth file");
+    path.to_path_buf()
+}

@@ -26,6 +26,8 @@ pub fn serve_command() -> Command {
         "127.0.0.1:0",
         "--metrics-listen",
         "127.0.0.1:0",
+        "--dashboard-listen",
+        "127.0.0.1:0",
     ]);
     command
 }

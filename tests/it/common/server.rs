@@ -24,6 +24,8 @@ pub struct TestServer {
     pub addr: SocketAddr,
     /// Its Prometheus endpoint.
     pub metrics: SocketAddr,
+    /// Its web dashboard (`None` when a test turned it off).
+    pub dashboard: Option<SocketAddr>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<Result<(), String>>>,
     /// How clients reach a TLS server; `None` for plaintext.
@@ -70,8 +72,12 @@ impl TestServer {
             let mut config = redis.config();
             let port = free_port().expect("free port");
             config.metrics_listen = SocketAddr::from(([127, 0, 0, 1], port));
+            let port = free_port().expect("free port");
+            config.dashboard_listen =
+                turnstile::config::DashboardListen(Some(SocketAddr::from(([127, 0, 0, 1], port))));
             change(&mut config);
             let metrics = config.metrics_listen;
+            let dashboard = config.dashboard_listen.0;
             let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
             let addr = listener.local_addr().unwrap();
             let (stop, stopped) = oneshot::channel::<()>();
@@ -81,6 +87,7 @@ impl TestServer {
             let mut server = Self {
                 addr,
                 metrics,
+                dashboard,
                 stop: Some(stop),
                 task: Some(task),
                 client_tls: client_tls.clone(),

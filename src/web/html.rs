@@ -1,0 +1,78 @@
+//! HTML the dashboard writes: every value from a request or from Redis goes through
+//! [`Escaped`] (a queue named `<script>` is text), and every page through [`page`].
+
+use std::fmt::{self, Display, Write};
+
+/// Text made safe to place in HTML, in an element or a quoted attribute.
+pub struct Escaped<'a>(pub &'a str);
+
+impl Display for Escaped<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for c in self.0.chars() {
+            match c {
+                '&' => f.write_str("&amp;")?,
+                '<' => f.write_str("&lt;")?,
+                '>' => f.write_str("&gt;")?,
+                '"' => f.write_str("&quot;")?,
+                '\'' => f.write_str("&#39;")?,
+                c => f.write_char(c)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `text`, escaped.
+pub fn esc(text: &str) -> Escaped<'_> {
+    Escaped(text)
+}
+
+/// Text made safe to place in a URL's query string (then in an attribute).
+pub struct UrlPart<'a>(pub &'a str);
+
+impl Display for UrlPart<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for byte in self.0.bytes() {
+            match byte {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                    f.write_char(byte as char)?
+                }
+                other => write!(f, "%{other:02X}")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A whole page: the shared head (the stylesheet; no script), a header naming the
+/// tenant, and `main`, which the caller built with escaped values.
+pub fn page(title: &str, tenant: &str, main: &str) -> String {
+    format!(
+        "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <title>{title} · turnstile</title>\n\
+         <link rel=\"stylesheet\" href=\"/static/app.css\">\n</head>\n<body>\n\
+         <header><a class=\"brand\" href=\"/\">turnstile</a>\
+         <span class=\"tenant\">tenant <strong>{tenant}</strong></span></header>\n\
+         <main id=\"main\">\n{main}</main>\n</body>\n</html>\n",
+        title = esc(title),
+        tenant = esc(tenant),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hostile_text_is_escaped_and_query_parts_encoded() {
+        assert_eq!(
+            esc("<script>alert('x')</script> & \"q\"").to_string(),
+            "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;q&quot;"
+        );
+        assert_eq!(UrlPart("a b&c=d/é").to_string(), "a%20b%26c%3Dd%2F%C3%A9");
+        let page = page("<t>", "<tenant>", "");
+        assert!(page.contains("&lt;t&gt;") && page.contains("&lt;tenant&gt;"));
+        assert!(!page.contains("<script"));
+    }
+}

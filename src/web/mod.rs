@@ -1,0 +1,147 @@
+//! The web dashboard (`--dashboard-listen`): server-rendered pages over the same stores
+//! as the RPCs, under the same tenants and permissions, with no script in the page.
+//! It owns the HTTP side (routes, who is asking, the security headers every answer
+//! carries); the numbers come from the stores, never from Redis directly.
+//!
+//! Who is asking: without `--auth-file`, the tenant `default` (the address is
+//! loopback-only, as the gRPC port's, unless `--insecure-no-auth`); with it, the
+//! `Authorization: Bearer <token>` of the request, whose tenant is all it sees.
+
+mod html;
+mod overview;
+
+use std::sync::Arc;
+
+use axum::{
+    extract::Request,
+    http::{header, HeaderMap, HeaderValue, StatusCode},
+    middleware::{self, Next},
+    response::{IntoResponse, Response},
+    routing::get,
+    Router,
+};
+use tokio::net::TcpListener;
+
+use crate::{
+    auth::{Auth, Viewer},
+    error::Error,
+    lock::LockStore,
+    queue::QueueStore,
+    schedule::ScheduleStore,
+    shutdown::Shutdown,
+};
+
+/// The stores the pages read, and who may read them.
+#[derive(Clone)]
+pub struct Dashboard {
+    /// Queues: the overview's table and its headline numbers.
+    pub queues: QueueStore,
+    /// Held locks, for the headline count.
+    pub locks: LockStore,
+    /// Schedules, for the headline count.
+    pub schedules: ScheduleStore,
+    /// The bearer tokens (`--auth-file`), re-read on SIGHUP like the gRPC port's.
+    pub auth: Auth,
+}
+
+/// The stylesheet, inside the binary.
+const STYLESHEET: &str = include_str!("static/app.css");
+
+/// Serves the dashboard on `listener` until shutdown, on the shutdown tracker.
+pub fn spawn(listener: TcpListener, dashboard: Dashboard, shutdown: &Shutdown) {
+    let router = Router::new()
+        .route("/", get(overview::overview))
+        .route("/static/app.css", get(stylesheet))
+        .layer(middleware::from_fn(security_headers))
+        .with_state(Arc::new(dashboard));
+    let stop = shutdown.clone();
+    shutdown.spawn(async move {
+        let served = axum::serve(listener, router)
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await;
+        if let Err(err) = served {
+            tracing::error!(cause = %err, "dashboard server failed");
+        }
+    });
+}
+
+async fn stylesheet() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/css; charset=utf-8"),
+            (header::CACHE_CONTROL, "public, max-age=3600"),
+        ],
+        STYLESHEET,
+    )
+        .into_response()
+}
+
+/// The page's policy: nothing but this origin's stylesheet (no script at all yet, no
+/// inline style, no frames, no form posted elsewhere).
+const CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self'; \
+                   form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+/// Every answer: the CSP, no MIME sniffing, no referrer, no framing, and not cached
+/// unless the route said otherwise (pages carry task payloads and tenant data).
+async fn security_headers(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers
+        .entry(header::CACHE_CONTROL)
+        .or_insert(HeaderValue::from_static("no-store"));
+    response
+}
+
+impl Dashboard {
+    /// Who is asking, from the request's `Authorization` header (UNAUTHENTICATED, a
+    /// 401, when nobody known is).
+    fn viewer(&self, headers: &HeaderMap) -> Result<Viewer, Error> {
+        let authorization = headers
+            .get(header::AUTHORIZATION)
+            .map(HeaderValue::as_bytes);
+        self.auth.viewer(authorization)
+    }
+}
+
+/// An error as a small page with its HTTP status.
+fn failure(err: &Error) -> Response {
+    let status = match err {
+        Error::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+        Error::PermissionDenied(_) => StatusCode::FORBIDDEN,
+        Error::InvalidArgument { .. } => StatusCode::BAD_REQUEST,
+        Error::NotFound(_) => StatusCode::NOT_FOUND,
+        Error::Unavailable(_) | Error::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    let main = format!(
+        "<h1>{}</h1>\n<p>{}</p>\n",
+        status.as_u16(),
+        html::esc(&err.to_string())
+    );
+    let mut response = (
+        status,
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        html::page("error", "", &main),
+    )
+        .into_response();
+    if status == StatusCode::UNAUTHORIZED {
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer realm=\"turnstile\""),
+        );
+    }
+    response
+}

@@ -1,0 +1,289 @@
+//! The web dashboard over real HTTP against a real server and Redis (contract:
+//! "Dashboard"): the overview lists the tenant's queues with their depths, filtered and
+//! sorted on the server; every answer carries the security headers; hostile names are
+//! text; with an auth file a bearer token sees only its tenant, and no token sees
+//! nothing. (The browser tests come with the pages that need them.)
+
+use crate::common;
+
+use std::net::SocketAddr;
+
+use common::{ms, write_auth_file, TestRedis, TestResult, TestServer};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use turnstile::pb::{ConfigureQueueRequest, EnqueueRequest, LeaseRequest, TaskSpec};
+
+/// An HTTP answer: status, headers (lower-case names) and body.
+struct Answer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// `GET path` over a fresh HTTP/1.1 connection, with a bearer token if given.
+async fn get(addr: SocketAddr, path: &str, token: Option<&str>) -> Answer {
+    let mut socket = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let mut request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    if let Some(token) = token {
+        request.push_str(&format!("Authorization: Bearer {token}\r\n"));
+    }
+    request.push_str("\r\n");
+    socket.write_all(request.as_bytes()).await.expect("send");
+    let mut raw = Vec::new();
+    socket.read_to_end(&mut raw).await.expect("read");
+    let text = String::from_utf8(raw).expect("utf-8 answer");
+    let (head, body) = text.split_once("\r\n\r\n").expect("a head");
+    let mut lines = head.lines();
+    let status = lines.next().expect("status line")[9..12]
+        .parse()
+        .expect("status");
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|line| line.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    let chunked = headers
+        .iter()
+        .any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"));
+    let body = if chunked {
+        unchunk(body)
+    } else {
+        body.to_owned()
+    };
+    Answer {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// The body of a chunked answer.
+fn unchunk(mut rest: &str) -> String {
+    let mut body = String::new();
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let size = usize::from_str_radix(size.trim(), 16).expect("chunk size");
+        if size == 0 {
+            break;
+        }
+        body.push_str(&after[..size]);
+        rest = &after[size + 2..];
+    }
+    body
+}
+
+/// The cells of the table row whose first cell is `name`.
+fn row(body: &str, name: &str) -> Option<Vec<String>> {
+    let start = body.find(&format!("<tr><td>{name}</td>"))?;
+    let end = start + body[start..].find("</tr>")?;
+    Some(
+        body[start..end]
+            .split("<td")
+            .skip(1)
+            .map(|cell| {
+                let text = &cell[cell.find('>').unwrap() + 1..];
+                text[..text.find("</td>").unwrap()].to_owned()
+            })
+            .collect(),
+    )
+}
+
+async fn enqueue(server: &TestServer, queue: &str, ids: &[&str], delay_ms: Option<i64>) {
+    let tasks = ids
+        .iter()
+        .map(|id| TaskSpec {
+            id: (*id).into(),
+            schedule: delay_ms
+                .map(|ms_| turnstile::pb::task_spec::Schedule::Delay(ms(ms_).unwrap())),
+            ..Default::default()
+        })
+        .collect();
+    server
+        .queues()
+        .await
+        .enqueue(EnqueueRequest {
+            queue: queue.into(),
+            tasks,
+        })
+        .await
+        .expect("enqueue");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_overview_lists_the_queues_with_their_depths_filtered_and_sorted() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let addr = server.dashboard.expect("a dashboard");
+    enqueue(&server, "emails", &["e1", "e2", "e3"], None).await;
+    enqueue(&server, "reports", &["r1"], Some(600_000)).await;
+    let leased = server
+        .queues()
+        .await
+        .lease(LeaseRequest {
+            queue: "emails".into(),
+            max_tasks: 1,
+            visibility: ms(60_000),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    assert_eq!(leased.tasks.len(), 1);
+    server
+        .queues()
+        .await
+        .configure_queue(ConfigureQueueRequest {
+            queue: "reports".into(),
+            paused: Some(true),
+            max_in_flight: Some(5),
+            ..Default::default()
+        })
+        .await?;
+
+    let page = get(addr, "/", None).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page
+        .header("content-type")
+        .is_some_and(|t| t.starts_with("text/html")));
+    // Ready, delayed, in flight, dead; then oldest ready, paused, limits.
+    let emails = row(&page.body, "emails").expect("emails listed");
+    assert_eq!(&emails[1..5], ["2", "0", "1", "0"], "{emails:?}");
+    assert_eq!(emails[6], "no");
+    let reports = row(&page.body, "reports").expect("reports listed");
+    assert_eq!(&reports[1..5], ["0", "1", "0", "0"], "{reports:?}");
+    assert_eq!(
+        (reports[6].as_str(), reports[7].as_str()),
+        ("paused", "5 in flight")
+    );
+    assert!(
+        page.body.contains("<dt>In flight</dt><dd>1</dd>"),
+        "{}",
+        page.body
+    );
+
+    // Filtered by a prefix on the server.
+    let filtered = get(addr, "/?prefix=rep", None).await;
+    assert!(row(&filtered.body, "reports").is_some());
+    assert!(row(&filtered.body, "emails").is_none());
+    // Sorted by a column: by name emails comes first, by delayed reports does.
+    let by_name = get(addr, "/", None).await.body;
+    assert!(by_name.find("<td>emails</td>") < by_name.find("<td>reports</td>"));
+    let by_delayed = get(addr, "/?sort=delayed", None).await.body;
+    assert!(by_delayed.find("<td>reports</td>") < by_delayed.find("<td>emails</td>"));
+    assert!(by_delayed.contains("aria-sort=\"descending\""));
+    // A prefix that is not a name is refused, naming it.
+    let bad = get(addr, "/?prefix=%07", None).await;
+    assert_eq!(bad.status, 400);
+    assert!(bad.body.contains("prefix:"), "{}", bad.body);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_answer_carries_the_security_headers_and_hostile_names_are_text() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let addr = server.dashboard.expect("a dashboard");
+    let hostile = "<script>alert('x')</script>\"&";
+    enqueue(&server, hostile, &["t1"], None).await;
+    let page = get(addr, "/", None).await;
+    assert_eq!(page.status, 200);
+    assert!(!page.body.contains("<script"), "{}", page.body);
+    assert!(page
+        .body
+        .contains("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&quot;&amp;"));
+    for answer in [&page, &get(addr, "/static/app.css", None).await] {
+        let csp = answer.header("content-security-policy").expect("a CSP");
+        assert!(csp.contains("default-src 'none'"), "{csp}");
+        assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
+        assert!(!csp.contains("unsafe-inline"), "{csp}");
+        assert_eq!(answer.header("x-content-type-options"), Some("nosniff"));
+    }
+    assert_eq!(page.header("cache-control"), Some("no-store"));
+    let css = get(addr, "/static/app.css", None).await;
+    assert!(css
+        .header("content-type")
+        .is_some_and(|t| t.starts_with("text/css")));
+    assert!(css.body.contains("prefers-color-scheme: dark"));
+    assert_eq!(get(addr, "/no-such-page", None).await.status, 404);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_an_auth_file_a_token_sees_only_its_tenant_and_no_token_nothing() -> TestResult {
+    let redis = TestRedis::start().await;
+    let path = write_auth_file(
+        &redis.dir.0.join("auth.toml"),
+        &[
+            ("shop-admin", "shop", &["admin", "produce"]),
+            ("shop-reader", "shop", &["consume"]),
+            ("rival-admin", "rival", &["admin", "produce"]),
+        ],
+    );
+    let server = TestServer::start_with(&redis, move |config| {
+        config.auth_file = Some(path.clone());
+    })
+    .await;
+    let addr = server.dashboard.expect("a dashboard");
+    for (token, queue) in [
+        ("shop-admin", "shop-orders"),
+        ("rival-admin", "rival-orders"),
+    ] {
+        let channel = server.channel().await;
+        let bearer: tonic::metadata::MetadataValue<_> = format!("Bearer {token}").parse()?;
+        let mut queues = turnstile::pb::queue_service_client::QueueServiceClient::with_interceptor(
+            channel,
+            move |mut request: tonic::Request<()>| {
+                request
+                    .metadata_mut()
+                    .insert("authorization", bearer.clone());
+                Ok(request)
+            },
+        );
+        queues
+            .enqueue(EnqueueRequest {
+                queue: queue.into(),
+                tasks: vec![TaskSpec {
+                    id: "t".into(),
+                    ..Default::default()
+                }],
+            })
+            .await?;
+    }
+    // No token, or an unknown one: nothing, and a challenge.
+    for token in [None, Some("wrong")] {
+        let refused = get(addr, "/", token).await;
+        assert_eq!(refused.status, 401, "{token:?}");
+        assert!(refused.header("www-authenticate").is_some());
+        assert!(!refused.body.contains("orders"), "{}", refused.body);
+    }
+    // Each token its own tenant; a read-only token reads too.
+    for (token, sees, hidden) in [
+        ("shop-admin", "shop-orders", "rival-orders"),
+        ("shop-reader", "shop-orders", "rival-orders"),
+        ("rival-admin", "rival-orders", "shop-orders"),
+    ] {
+        let page = get(addr, "/", Some(token)).await;
+        assert_eq!(page.status, 200, "{token}");
+        assert!(row(&page.body, sees).is_some(), "{token}");
+        assert!(!page.body.contains(hidden), "{token} saw {hidden}");
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dashboard_turned_off_listens_nowhere() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start_with(&redis, |config| {
+        config.dashboard_listen = turnstile::config::DashboardListen(None);
+    })
+    .await;
+    assert_eq!(server.dashboard, None);
+    // The server still serves gRPC.
+    enqueue(&server, "q", &["t"], None).await;
+    Ok(())
+}
