@@ -248,6 +248,7 @@ async fn serve(
                     locks: locks.clone(),
                     schedules: schedules.clone(),
                     auth: auth.clone(),
+                    redis: redis.clone(),
                 },
                 shutdown,
             );

@@ -257,6 +257,12 @@ impl Keys {
         [defs, names, since]
     }
 
+    /// A dashboard session: the SHA-256 (hex) of the token it signed in with, expiring
+    /// with the session. Prefix-wide (the token says the tenant), in its own slot.
+    pub fn session(&self, id: &str) -> String {
+        format!("{}:session:{{{}}}", self.prefix, encode(id))
+    }
+
     /// The tenants that have (or had) schedules, for every server to load at start: a
     /// set of tenant names, one key for the whole prefix.
     pub fn schedule_tenants(&self) -> String {

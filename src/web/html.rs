@@ -45,18 +45,31 @@ impl Display for UrlPart<'_> {
 }
 
 /// A whole page: the shared head (the stylesheet; no script), a header naming the
-/// tenant, and `main`, which the caller built with escaped values.
-pub fn page(title: &str, tenant: &str, main: &str) -> String {
+/// tenant (and a sign-out button for a signed-in person), and `main`, which the caller
+/// built with escaped values.
+pub fn page(title: &str, tenant: &str, sign_out: bool, main: &str) -> String {
+    let sign_out = if sign_out {
+        "<form method=\"post\" action=\"/sign-out\" class=\"sign-out\">\
+         <button type=\"submit\">Sign out</button></form>"
+    } else {
+        ""
+    };
+    let tenant = if tenant.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "<span class=\"tenant\">tenant <strong>{}</strong></span>",
+            esc(tenant)
+        )
+    };
     format!(
         "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
          <title>{title} · turnstile</title>\n\
          <link rel=\"stylesheet\" href=\"/static/app.css\">\n</head>\n<body>\n\
-         <header><a class=\"brand\" href=\"/\">turnstile</a>\
-         <span class=\"tenant\">tenant <strong>{tenant}</strong></span></header>\n\
+         <header><a class=\"brand\" href=\"/\">turnstile</a>{tenant}{sign_out}</header>\n\
          <main id=\"main\">\n{main}</main>\n</body>\n</html>\n",
         title = esc(title),
-        tenant = esc(tenant),
     )
 }
 
@@ -71,7 +84,7 @@ mod tests {
             "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;q&quot;"
         );
         assert_eq!(UrlPart("a b&c=d/é").to_string(), "a%20b%26c%3Dd%2F%C3%A9");
-        let page = page("<t>", "<tenant>", "");
+        let page = page("<t>", "<tenant>", true, "");
         assert!(page.contains("&lt;t&gt;") && page.contains("&lt;tenant&gt;"));
         assert!(!page.contains("<script"));
     }

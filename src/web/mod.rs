@@ -4,11 +4,13 @@
 //! carries); the numbers come from the stores, never from Redis directly.
 //!
 //! Who is asking: without `--auth-file`, the tenant `default` (the address is
-//! loopback-only, as the gRPC port's, unless `--insecure-no-auth`); with it, the
-//! `Authorization: Bearer <token>` of the request, whose tenant is all it sees.
+//! loopback-only, as the gRPC port's, unless `--insecure-no-auth`); with it, a person
+//! signed in with a bearer token (`session.rs`), or a script's own
+//! `Authorization: Bearer <token>`; either sees only the token's tenant.
 
 mod html;
 mod overview;
+mod session;
 
 use std::sync::Arc;
 
@@ -17,7 +19,7 @@ use axum::{
     http::{header, HeaderMap, HeaderValue, StatusCode},
     middleware::{self, Next},
     response::{IntoResponse, Response},
-    routing::get,
+    routing::{get, post},
     Router,
 };
 use tokio::net::TcpListener;
@@ -27,6 +29,7 @@ use crate::{
     error::Error,
     lock::LockStore,
     queue::QueueStore,
+    redis::Redis,
     schedule::ScheduleStore,
     shutdown::Shutdown,
 };
@@ -42,6 +45,8 @@ pub struct Dashboard {
     pub schedules: ScheduleStore,
     /// The bearer tokens (`--auth-file`), re-read on SIGHUP like the gRPC port's.
     pub auth: Auth,
+    /// Where sessions live (so that every replica knows them).
+    pub redis: Redis,
 }
 
 /// The stylesheet, inside the binary.
@@ -52,6 +57,11 @@ pub fn spawn(listener: TcpListener, dashboard: Dashboard, shutdown: &Shutdown) {
     let router = Router::new()
         .route("/", get(overview::overview))
         .route("/static/app.css", get(stylesheet))
+        .route(
+            "/sign-in",
+            get(session::sign_in_page).post(session::sign_in),
+        )
+        .route("/sign-out", post(session::sign_out))
         .layer(middleware::from_fn(security_headers))
         .with_state(Arc::new(dashboard));
     let stop = shutdown.clone();
@@ -106,13 +116,16 @@ async fn security_headers(request: Request, next: Next) -> Response {
 }
 
 impl Dashboard {
-    /// Who is asking, from the request's `Authorization` header (UNAUTHENTICATED, a
-    /// 401, when nobody known is).
-    fn viewer(&self, headers: &HeaderMap) -> Result<Viewer, Error> {
-        let authorization = headers
-            .get(header::AUTHORIZATION)
-            .map(HeaderValue::as_bytes);
-        self.auth.viewer(authorization)
+    /// Who is asking: the `Authorization` header's token, else the session's
+    /// (UNAUTHENTICATED, a 401 with the sign-in form, when nobody known is).
+    async fn viewer(&self, headers: &HeaderMap) -> Result<Viewer, Error> {
+        session::viewer(self, headers).await
+    }
+
+    /// Whether a page shows the sign-out button: auth is on and the person came with
+    /// a session (not a script with its own header).
+    fn signed_in(&self, headers: &HeaderMap) -> bool {
+        self.auth.is_on() && !headers.contains_key(header::AUTHORIZATION)
     }
 }
 
@@ -126,15 +139,20 @@ fn failure(err: &Error) -> Response {
         Error::Unavailable(_) | Error::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
-    let main = format!(
-        "<h1>{}</h1>\n<p>{}</p>\n",
-        status.as_u16(),
-        html::esc(&err.to_string())
-    );
+    let body = if status == StatusCode::UNAUTHORIZED {
+        session::sign_in_form(Some(&err.to_string()))
+    } else {
+        let main = format!(
+            "<h1>{}</h1>\n<p>{}</p>\n",
+            status.as_u16(),
+            html::esc(&err.to_string())
+        );
+        html::page("error", "", false, &main)
+    };
     let mut response = (
         status,
         [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-        html::page("error", "", &main),
+        body,
     )
         .into_response();
     if status == StatusCode::UNAUTHORIZED {

@@ -58,17 +58,23 @@ pub(super) async fn overview(
     headers: HeaderMap,
     Query(query): Query<OverviewQuery>,
 ) -> Response {
-    let viewer = match dashboard.viewer(&headers) {
+    let viewer = match dashboard.viewer(&headers).await {
         Ok(viewer) => viewer,
         Err(err) => return failure(&err),
     };
-    match render(&dashboard, &viewer, &query).await {
+    let sign_out = dashboard.signed_in(&headers);
+    match render(&dashboard, &viewer, sign_out, &query).await {
         Ok(body) => Html(body).into_response(),
         Err(err) => failure(&err),
     }
 }
 
-async fn render(dashboard: &Dashboard, viewer: &Viewer, query: &OverviewQuery) -> Result<String> {
+async fn render(
+    dashboard: &Dashboard,
+    viewer: &Viewer,
+    sign_out: bool,
+    query: &OverviewQuery,
+) -> Result<String> {
     let prefix = validate::optional_name("prefix", &query.prefix)?;
     let sort = COLUMNS
         .iter()
@@ -142,7 +148,7 @@ async fn render(dashboard: &Dashboard, viewer: &Viewer, query: &OverviewQuery) -
             let _ = write!(main, " whose name starts with “{}”", esc(prefix));
         }
         main.push_str(".</p>\n");
-        return Ok(page("Queues", viewer.tenant.as_str(), &main));
+        return Ok(page("Queues", viewer.tenant.as_str(), sign_out, &main));
     }
     let _ = write!(
         main,
@@ -191,7 +197,7 @@ async fn render(dashboard: &Dashboard, viewer: &Viewer, query: &OverviewQuery) -
         );
     }
     main.push_str("</tbody>\n</table></div>\n");
-    Ok(page("Queues", viewer.tenant.as_str(), &main))
+    Ok(page("Queues", viewer.tenant.as_str(), sign_out, &main))
 }
 
 /// Sorts by the column `sort`: names ascending, counts and ages largest first.

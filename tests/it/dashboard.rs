@@ -8,7 +8,7 @@ use crate::common;
 
 use std::net::SocketAddr;
 
-use common::{ms, write_auth_file, TestRedis, TestResult, TestServer};
+use common::{json_field, ms, write_auth_file, LoggedServer, TestRedis, TestResult, TestServer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use turnstile::pb::{ConfigureQueueRequest, EnqueueRequest, LeaseRequest, TaskSpec};
 
@@ -30,12 +30,35 @@ impl Answer {
 
 /// `GET path` over a fresh HTTP/1.1 connection, with a bearer token if given.
 async fn get(addr: SocketAddr, path: &str, token: Option<&str>) -> Answer {
+    let headers: Vec<String> = token
+        .map(|token| format!("Authorization: Bearer {token}"))
+        .into_iter()
+        .collect();
+    send(addr, "GET", path, &headers, "").await
+}
+
+/// A request with extra header lines and a form body.
+async fn send(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[String],
+    form: &str,
+) -> Answer {
     let mut socket = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let mut request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
-    if let Some(token) = token {
-        request.push_str(&format!("Authorization: Bearer {token}\r\n"));
+    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for header in headers {
+        request.push_str(header);
+        request.push_str("\r\n");
+    }
+    if method == "POST" {
+        request.push_str(&format!(
+            "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n",
+            form.len()
+        ));
     }
     request.push_str("\r\n");
+    request.push_str(form);
     socket.write_all(request.as_bytes()).await.expect("send");
     let mut raw = Vec::new();
     socket.read_to_end(&mut raw).await.expect("read");
@@ -272,6 +295,177 @@ async fn with_an_auth_file_a_token_sees_only_its_tenant_and_no_token_nothing() -
         assert!(row(&page.body, sees).is_some(), "{token}");
         assert!(!page.body.contains(hidden), "{token} saw {hidden}");
     }
+    Ok(())
+}
+
+/// The session cookie a sign-in answer set (`name=value`).
+fn session_cookie(answer: &Answer) -> Option<String> {
+    let set = answer.header("set-cookie")?;
+    Some(set.split(';').next()?.trim().to_owned())
+}
+
+/// Signs in on `addr` as a form of its own origin would; the answer.
+async fn sign_in(addr: SocketAddr, token: &str, origin: &str) -> Answer {
+    send(
+        addr,
+        "POST",
+        "/sign-in",
+        &[format!("Origin: {origin}")],
+        &format!("token={token}"),
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_signs_in_with_a_token_on_any_replica_and_out_again() -> TestResult {
+    let redis = TestRedis::start().await;
+    let path = write_auth_file(
+        &redis.dir.0.join("auth.toml"),
+        &[
+            ("shop-admin", "shop", &["admin", "produce"]),
+            ("rival-admin", "rival", &["admin", "produce"]),
+        ],
+    );
+    let file = path.clone();
+    let server = TestServer::start_with(&redis, move |config| {
+        config.auth_file = Some(file.clone());
+    })
+    .await;
+    let other = TestServer::start_with(&redis, move |config| {
+        config.auth_file = Some(path.clone());
+    })
+    .await;
+    let addr = server.dashboard.expect("a dashboard");
+    let origin = format!("http://{addr}");
+    // Nobody signed in: the sign-in form, with a 401.
+    let page = get(addr, "/", None).await;
+    assert_eq!(page.status, 401);
+    assert!(
+        page.body
+            .contains("<form method=\"post\" action=\"/sign-in\""),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("<label for=\"token\">"));
+    // A wrong token: the form again, no session.
+    let wrong = sign_in(addr, "nope", &origin).await;
+    assert_eq!(wrong.status, 401);
+    assert!(session_cookie(&wrong).is_none());
+    assert!(
+        wrong.body.contains("not in the auth file"),
+        "{}",
+        wrong.body
+    );
+    // A form of another site is refused, even with a good token.
+    let forged = sign_in(addr, "shop-admin", "http://evil.example").await;
+    assert_eq!(forged.status, 403);
+    assert!(session_cookie(&forged).is_none());
+    // The right token: a session cookie the page script cannot read, sent only to this
+    // site.
+    let signed = sign_in(addr, "shop-admin", &origin).await;
+    assert_eq!(signed.status, 303, "{}", signed.body);
+    assert_eq!(signed.header("location"), Some("/"));
+    let set = signed.header("set-cookie").expect("a cookie");
+    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(set.contains(attribute), "{set}");
+    }
+    let cookie = format!("Cookie: {}", session_cookie(&signed).expect("the session"));
+    // Enqueue in each tenant through gRPC with its token, then look with the session.
+    for (token, queue) in [
+        ("shop-admin", "shop-orders"),
+        ("rival-admin", "rival-orders"),
+    ] {
+        let bearer: tonic::metadata::MetadataValue<_> = format!("Bearer {token}").parse()?;
+        let mut queues = turnstile::pb::queue_service_client::QueueServiceClient::with_interceptor(
+            server.channel().await,
+            move |mut request: tonic::Request<()>| {
+                request
+                    .metadata_mut()
+                    .insert("authorization", bearer.clone());
+                Ok(request)
+            },
+        );
+        queues
+            .enqueue(EnqueueRequest {
+                queue: queue.into(),
+                tasks: vec![TaskSpec {
+                    id: "t".into(),
+                    ..Default::default()
+                }],
+            })
+            .await?;
+    }
+    // The session works on every replica (it lives in Redis).
+    for dashboard in [addr, other.dashboard.expect("a dashboard")] {
+        let page = send(dashboard, "GET", "/", std::slice::from_ref(&cookie), "").await;
+        assert_eq!(page.status, 200, "{}", page.body);
+        assert!(row(&page.body, "shop-orders").is_some());
+        assert!(!page.body.contains("rival-orders"));
+        assert!(page.body.contains("Sign out"));
+    }
+    // Signing out must come from this site too; then the session is over everywhere.
+    let forged = send(addr, "POST", "/sign-out", std::slice::from_ref(&cookie), "").await;
+    assert_eq!(forged.status, 403);
+    assert_eq!(
+        send(addr, "GET", "/", std::slice::from_ref(&cookie), "")
+            .await
+            .status,
+        200
+    );
+    let out = send(
+        addr,
+        "POST",
+        "/sign-out",
+        &[cookie.clone(), format!("Origin: {origin}")],
+        "",
+    )
+    .await;
+    assert_eq!(out.status, 303);
+    assert!(out
+        .header("set-cookie")
+        .is_some_and(|c| c.contains("Max-Age=0")));
+    for dashboard in [addr, other.dashboard.expect("a dashboard")] {
+        let after = send(dashboard, "GET", "/", std::slice::from_ref(&cookie), "").await;
+        assert_eq!(after.status, 401);
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removing_a_token_on_sighup_ends_its_sessions() -> TestResult {
+    let redis = TestRedis::start().await;
+    let path = redis.dir.0.join("auth.toml");
+    write_auth_file(
+        &path,
+        &[
+            ("kept", "shop", &["admin"]),
+            ("removed", "shop", &["admin"]),
+        ],
+    );
+    let server = LoggedServer::start(&redis, &["--auth-file", path.to_str().unwrap()]);
+    let ready = server.wait_line("\"ready\"");
+    let url = json_field(&ready, "dashboard");
+    let addr: SocketAddr = url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .parse()?;
+    let origin = format!("http://{addr}");
+    let mut cookies = Vec::new();
+    for token in ["kept", "removed"] {
+        let signed = sign_in(addr, token, &origin).await;
+        assert_eq!(signed.status, 303);
+        cookies.push(format!(
+            "Cookie: {}",
+            session_cookie(&signed).expect("a session")
+        ));
+    }
+    write_auth_file(&path, &[("kept", "shop", &["admin"])]);
+    server.hangup();
+    server.wait_line("auth file reloaded");
+    let kept = send(addr, "GET", "/", &cookies[..1], "").await;
+    assert_eq!(kept.status, 200);
+    let removed = send(addr, "GET", "/", &cookies[1..], "").await;
+    assert_eq!(removed.status, 401, "the removed token's session goes on");
     Ok(())
 }
 
