@@ -138,6 +138,31 @@ async fn enqueue(server: &TestServer, queue: &str, ids: &[&str], delay_ms: Optio
         .expect("enqueue");
 }
 
+/// Enqueues one task into `queue` through gRPC with `token`.
+async fn enqueue_as(server: &TestServer, token: &str, queue: &str) {
+    let bearer: tonic::metadata::MetadataValue<_> =
+        format!("Bearer {token}").parse().expect("ascii");
+    let mut queues = turnstile::pb::queue_service_client::QueueServiceClient::with_interceptor(
+        server.channel().await,
+        move |mut request: tonic::Request<()>| {
+            request
+                .metadata_mut()
+                .insert("authorization", bearer.clone());
+            Ok(request)
+        },
+    );
+    queues
+        .enqueue(EnqueueRequest {
+            queue: queue.into(),
+            tasks: vec![TaskSpec {
+                id: "t".into(),
+                ..Default::default()
+            }],
+        })
+        .await
+        .expect("enqueue");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_overview_lists_the_queues_with_their_depths_filtered_and_sorted() -> TestResult {
     let redis = TestRedis::start().await;
@@ -256,26 +281,7 @@ async fn with_an_auth_file_a_token_sees_only_its_tenant_and_no_token_nothing() -
         ("shop-admin", "shop-orders"),
         ("rival-admin", "rival-orders"),
     ] {
-        let channel = server.channel().await;
-        let bearer: tonic::metadata::MetadataValue<_> = format!("Bearer {token}").parse()?;
-        let mut queues = turnstile::pb::queue_service_client::QueueServiceClient::with_interceptor(
-            channel,
-            move |mut request: tonic::Request<()>| {
-                request
-                    .metadata_mut()
-                    .insert("authorization", bearer.clone());
-                Ok(request)
-            },
-        );
-        queues
-            .enqueue(EnqueueRequest {
-                queue: queue.into(),
-                tasks: vec![TaskSpec {
-                    id: "t".into(),
-                    ..Default::default()
-                }],
-            })
-            .await?;
+        enqueue_as(&server, token, queue).await;
     }
     // No token, or an unknown one: nothing, and a challenge.
     for token in [None, Some("wrong")] {
@@ -375,25 +381,7 @@ async fn a_person_signs_in_with_a_token_on_any_replica_and_out_again() -> TestRe
         ("shop-admin", "shop-orders"),
         ("rival-admin", "rival-orders"),
     ] {
-        let bearer: tonic::metadata::MetadataValue<_> = format!("Bearer {token}").parse()?;
-        let mut queues = turnstile::pb::queue_service_client::QueueServiceClient::with_interceptor(
-            server.channel().await,
-            move |mut request: tonic::Request<()>| {
-                request
-                    .metadata_mut()
-                    .insert("authorization", bearer.clone());
-                Ok(request)
-            },
-        );
-        queues
-            .enqueue(EnqueueRequest {
-                queue: queue.into(),
-                tasks: vec![TaskSpec {
-                    id: "t".into(),
-                    ..Default::default()
-                }],
-            })
-            .await?;
+        enqueue_as(&server, token, queue).await;
     }
     // The session works on every replica (it lives in Redis).
     for dashboard in [addr, other.dashboard.expect("a dashboard")] {
