@@ -246,6 +246,7 @@ async fn serve(
                 web::Dashboard {
                     queues: queues.clone(),
                     locks: locks.clone(),
+                    semaphores: semaphores.clone(),
                     schedules: schedules.clone(),
                     auth: auth.clone(),
                     redis: redis.clone(),

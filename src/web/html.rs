@@ -67,7 +67,9 @@ pub fn page(title: &str, tenant: &str, sign_out: bool, main: &str) -> String {
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
          <title>{title} · turnstile</title>\n\
          <link rel=\"stylesheet\" href=\"/static/app.css\">\n</head>\n<body>\n\
-         <header><a class=\"brand\" href=\"/\">turnstile</a>{tenant}{sign_out}</header>\n\
+         <header><a class=\"brand\" href=\"/\">turnstile</a>\
+         <nav aria-label=\"pages\"><a href=\"/\">Queues</a> <a href=\"/schedules\">Schedules</a> \
+         <a href=\"/locks\">Locks</a></nav>{tenant}{sign_out}</header>\n\
          <main id=\"main\">\n{main}</main>\n</body>\n</html>\n",
         title = esc(title),
     )

@@ -9,6 +9,7 @@
 //! `Authorization: Bearer <token>`; either sees only the token's tenant.
 
 mod html;
+mod lists;
 mod overview;
 mod session;
 
@@ -18,7 +19,7 @@ use axum::{
     extract::Request,
     http::{header, HeaderMap, HeaderValue, StatusCode},
     middleware::{self, Next},
-    response::{IntoResponse, Response},
+    response::{Html, IntoResponse, Response},
     routing::{get, post},
     Router,
 };
@@ -31,6 +32,7 @@ use crate::{
     queue::QueueStore,
     redis::Redis,
     schedule::ScheduleStore,
+    semaphore::SemaphoreStore,
     shutdown::Shutdown,
 };
 
@@ -39,8 +41,10 @@ use crate::{
 pub struct Dashboard {
     /// Queues: the overview's table and its headline numbers.
     pub queues: QueueStore,
-    /// Held locks, for the headline count.
+    /// Held locks: the headline count and the locks page.
     pub locks: LockStore,
+    /// Semaphores, looked up by name on the locks page.
+    pub semaphores: SemaphoreStore,
     /// Schedules, for the headline count.
     pub schedules: ScheduleStore,
     /// The bearer tokens (`--auth-file`), re-read on SIGHUP like the gRPC port's.
@@ -56,6 +60,8 @@ const STYLESHEET: &str = include_str!("static/app.css");
 pub fn spawn(listener: TcpListener, dashboard: Dashboard, shutdown: &Shutdown) {
     let router = Router::new()
         .route("/", get(overview::overview))
+        .route("/schedules", get(lists::schedules))
+        .route("/locks", get(lists::locks))
         .route("/static/app.css", get(stylesheet))
         .route(
             "/sign-in",
@@ -120,6 +126,34 @@ impl Dashboard {
     /// (UNAUTHENTICATED, a 401 with the sign-in form, when nobody known is).
     async fn viewer(&self, headers: &HeaderMap) -> Result<Viewer, Error> {
         session::viewer(self, headers).await
+    }
+
+    /// Answers a page: who is asking, then the page's `main` that `render` writes for
+    /// them (an error as its own page, with its status).
+    async fn respond<Fut>(
+        &self,
+        headers: &HeaderMap,
+        title: &str,
+        render: impl FnOnce(Viewer) -> Fut,
+    ) -> Response
+    where
+        Fut: std::future::Future<Output = Result<String, Error>>,
+    {
+        let viewer = match self.viewer(headers).await {
+            Ok(viewer) => viewer,
+            Err(err) => return failure(&err),
+        };
+        let tenant = viewer.tenant.clone();
+        match render(viewer).await {
+            Ok(main) => Html(html::page(
+                title,
+                tenant.as_str(),
+                self.signed_in(headers),
+                &main,
+            ))
+            .into_response(),
+            Err(err) => failure(&err),
+        }
     }
 
     /// Whether a page shows the sign-out button: auth is on and the person came with

@@ -8,13 +8,12 @@ use std::{fmt::Write, sync::Arc};
 use axum::{
     extract::{Query, State},
     http::HeaderMap,
-    response::{Html, IntoResponse, Response},
+    response::Response,
 };
 use serde::Deserialize;
 
 use super::{
-    failure,
-    html::{esc, page, UrlPart},
+    html::{esc, UrlPart},
     Dashboard,
 };
 use crate::{
@@ -58,23 +57,14 @@ pub(super) async fn overview(
     headers: HeaderMap,
     Query(query): Query<OverviewQuery>,
 ) -> Response {
-    let viewer = match dashboard.viewer(&headers).await {
-        Ok(viewer) => viewer,
-        Err(err) => return failure(&err),
-    };
-    let sign_out = dashboard.signed_in(&headers);
-    match render(&dashboard, &viewer, sign_out, &query).await {
-        Ok(body) => Html(body).into_response(),
-        Err(err) => failure(&err),
-    }
+    dashboard
+        .respond(&headers, "Queues", |viewer| {
+            render(&dashboard, viewer, &query)
+        })
+        .await
 }
 
-async fn render(
-    dashboard: &Dashboard,
-    viewer: &Viewer,
-    sign_out: bool,
-    query: &OverviewQuery,
-) -> Result<String> {
+async fn render(dashboard: &Dashboard, viewer: Viewer, query: &OverviewQuery) -> Result<String> {
     let prefix = validate::optional_name("prefix", &query.prefix)?;
     let sort = COLUMNS
         .iter()
@@ -148,7 +138,7 @@ async fn render(
             let _ = write!(main, " whose name starts with “{}”", esc(prefix));
         }
         main.push_str(".</p>\n");
-        return Ok(page("Queues", viewer.tenant.as_str(), sign_out, &main));
+        return Ok(main);
     }
     let _ = write!(
         main,
@@ -197,7 +187,7 @@ async fn render(
         );
     }
     main.push_str("</tbody>\n</table></div>\n");
-    Ok(page("Queues", viewer.tenant.as_str(), sign_out, &main))
+    Ok(main)
 }
 
 /// Sorts by the column `sort`: names ascending, counts and ages largest first.

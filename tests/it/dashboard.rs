@@ -458,6 +458,93 @@ async fn removing_a_token_on_sighup_ends_its_sessions() -> TestResult {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_schedules_and_locks_pages_show_them_and_a_semaphore_by_name() -> TestResult {
+    use turnstile::pb::{
+        schedule, AcquireRequest, PutScheduleRequest, Schedule, SemaphoreServiceAcquireRequest,
+    };
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let addr = server.dashboard.expect("a dashboard");
+    server
+        .schedules()
+        .await
+        .put_schedule(PutScheduleRequest {
+            schedule: Some(Schedule {
+                name: "nightly".into(),
+                queue: "reports".into(),
+                spec: Some(schedule::Spec::Cron("0 3 * * *".into())),
+                time_zone: "Europe/Paris".into(),
+                ..Default::default()
+            }),
+        })
+        .await?;
+    let page = get(addr, "/schedules", None).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    let nightly = row(&page.body, "nightly").expect("the schedule listed");
+    assert_eq!(nightly[1], "reports");
+    assert_eq!(nightly[2], "cron 0 3 * * * Europe/Paris");
+    assert!(nightly[3].starts_with("20"), "next fire {nightly:?}");
+    assert_eq!((nightly[5].as_str(), nightly[6].as_str()), ("no", "allow"));
+
+    // 105 held locks (one with a hostile name): two pages by name.
+    let mut locks = server.locks().await;
+    let mut names: Vec<String> = (0..104).map(|n| format!("job-{n:03}")).collect();
+    names.push("<b>bold</b>".into());
+    for name in &names {
+        locks
+            .acquire(AcquireRequest {
+                name: name.clone(),
+                owner: "worker-7".into(),
+                ttl: ms(60_000),
+                ..Default::default()
+            })
+            .await?;
+    }
+    let first = get(addr, "/locks", None).await;
+    assert_eq!(first.status, 200);
+    assert!(!first.body.contains("<b>bold"), "a name was not escaped");
+    let hostile = row(&first.body, "&lt;b&gt;bold&lt;/b&gt;").expect("sorted first");
+    assert_eq!(hostile[1], "worker-7");
+    assert!(hostile[2].parse::<u64>()? > 0);
+    assert!(row(&first.body, "job-098").is_some() && row(&first.body, "job-099").is_none());
+    let next = first
+        .body
+        .split("href=\"/locks?after=")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("a next page link")
+        .to_owned();
+    let second = get(addr, &format!("/locks?after={next}"), None).await;
+    assert!(row(&second.body, "job-099").is_some() && row(&second.body, "job-103").is_some());
+    assert!(row(&second.body, "job-000").is_none());
+    assert!(!second.body.contains("Next page"));
+
+    // A semaphore by name: its permits, line and holders.
+    server
+        .semaphores()
+        .await
+        .acquire(SemaphoreServiceAcquireRequest {
+            name: "pool".into(),
+            owner: "exporter".into(),
+            limit: 3,
+            permits: 2,
+            ttl: ms(60_000),
+            ..Default::default()
+        })
+        .await?;
+    let seen = get(addr, "/locks?semaphore=pool", None).await;
+    assert!(
+        seen.body
+            .contains("<strong>pool</strong>: 2 of 3 permits in use, 0 waiting in line."),
+        "{}",
+        seen.body
+    );
+    let exporter = row(&seen.body, "exporter").expect("the holder listed");
+    assert_eq!(exporter[1], "2");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dashboard_turned_off_listens_nowhere() -> TestResult {
     let redis = TestRedis::start().await;
     let server = TestServer::start_with(&redis, |config| {
