@@ -11,6 +11,7 @@
 mod html;
 mod lists;
 mod overview;
+mod queue;
 mod session;
 
 use std::sync::Arc;
@@ -60,6 +61,7 @@ const STYLESHEET: &str = include_str!("static/app.css");
 pub fn spawn(listener: TcpListener, dashboard: Dashboard, shutdown: &Shutdown) {
     let router = Router::new()
         .route("/", get(overview::overview))
+        .route("/queue", get(queue::queue))
         .route("/schedules", get(lists::schedules))
         .route("/locks", get(lists::locks))
         .route("/static/app.css", get(stylesheet))

@@ -178,7 +178,8 @@ async fn render(dashboard: &Dashboard, viewer: Viewer, query: &OverviewQuery) ->
         };
         let _ = writeln!(
             main,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td>{dead}<td>{oldest}</td>{paused}<td>{}</td></tr>",
+            "<tr><td><a href=\"/queue?name={}\">{}</a></td><td>{}</td><td>{}</td><td>{}</td>{dead}<td>{oldest}</td>{paused}<td>{}</td></tr>",
+            UrlPart(&queue.queue),
             esc(&queue.queue),
             stats.ready,
             stats.delayed,
@@ -214,7 +215,7 @@ fn sort_queues(queues: &mut [QueueSummary], sort: &str) {
 }
 
 /// A queue's caps and rate limits in a few words ("–" for none).
-fn limits(config: &QueueConfig) -> String {
+pub(super) fn limits(config: &QueueConfig) -> String {
     let mut parts = Vec::new();
     if config.max_in_flight > 0 {
         parts.push(format!("{} in flight", config.max_in_flight));
@@ -240,7 +241,7 @@ fn rate_text(rate: &RateLimit) -> String {
 }
 
 /// A span of milliseconds the way a person reads it: `850ms`, `42s`, `7m`, `3h`, `2d`.
-fn age(ms: i64) -> String {
+pub(super) fn age(ms: i64) -> String {
     let ms = ms.max(0);
     match ms {
         0..1000 => format!("{ms}ms"),

@@ -101,20 +101,36 @@ fn unchunk(mut rest: &str) -> String {
     body
 }
 
-/// The cells of the table row whose first cell is `name`.
+/// The cells of the table row whose first cell reads `name`, as text (tags taken out:
+/// a queue's name is a link).
 fn row(body: &str, name: &str) -> Option<Vec<String>> {
-    let start = body.find(&format!("<tr><td>{name}</td>"))?;
-    let end = start + body[start..].find("</tr>")?;
-    Some(
-        body[start..end]
+    body.split("<tr>").skip(1).find_map(|tr| {
+        let tr = &tr[..tr.find("</tr>")?];
+        let cells: Vec<String> = tr
             .split("<td")
             .skip(1)
             .map(|cell| {
-                let text = &cell[cell.find('>').unwrap() + 1..];
-                text[..text.find("</td>").unwrap()].to_owned()
+                let inner = &cell[cell.find('>').unwrap() + 1..];
+                strip_tags(&inner[..inner.find("</td>").unwrap()])
             })
-            .collect(),
-    )
+            .collect();
+        (cells.first().map(String::as_str) == Some(name)).then_some(cells)
+    })
+}
+
+/// `html` without its tags.
+fn strip_tags(html: &str) -> String {
+    let mut out = String::new();
+    let mut in_tag = false;
+    for c in html.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' => in_tag = false,
+            c if !in_tag => out.push(c),
+            _ => {}
+        }
+    }
+    out
 }
 
 async fn enqueue(server: &TestServer, queue: &str, ids: &[&str], delay_ms: Option<i64>) {
@@ -220,9 +236,9 @@ async fn the_overview_lists_the_queues_with_their_depths_filtered_and_sorted() -
     assert!(row(&filtered.body, "emails").is_none());
     // Sorted by a column: by name emails comes first, by delayed reports does.
     let by_name = get(addr, "/", None).await.body;
-    assert!(by_name.find("<td>emails</td>") < by_name.find("<td>reports</td>"));
+    assert!(by_name.find(">emails</a>") < by_name.find(">reports</a>"));
     let by_delayed = get(addr, "/?sort=delayed", None).await.body;
-    assert!(by_delayed.find("<td>reports</td>") < by_delayed.find("<td>emails</td>"));
+    assert!(by_delayed.find(">reports</a>") < by_delayed.find(">emails</a>"));
     assert!(by_delayed.contains("aria-sort=\"descending\""));
     // A prefix that is not a name is refused, naming it.
     let bad = get(addr, "/?prefix=%07", None).await;
@@ -541,6 +557,91 @@ async fn the_schedules_and_locks_pages_show_them_and_a_semaphore_by_name() -> Te
     );
     let exporter = row(&seen.body, "exporter").expect("the holder listed");
     assert_eq!(exporter[1], "2");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_page_shows_its_tasks_by_state_its_groups_and_payloads_as_text() -> TestResult {
+    use turnstile::pb::NackRequest;
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let addr = server.dashboard.expect("a dashboard");
+    let mut queues = server.queues().await;
+    let task = |id: &str, group: &str, payload: &[u8]| TaskSpec {
+        id: id.into(),
+        group: group.into(),
+        payload: payload.to_vec().into(),
+        max_attempts: 1,
+        ..Default::default()
+    };
+    queues
+        .enqueue(EnqueueRequest {
+            queue: "jobs".into(),
+            tasks: vec![
+                task("doomed", "", b"will die"),
+                task("a1", "acme", b"<img src=x onerror=alert(1)>"),
+                task("b1", "bolt", &[0xff, 0xfe, b'o', b'k']),
+            ],
+        })
+        .await?;
+    // "doomed" is first in the rotation (the ungrouped group): lease it, Nack it on
+    // its only attempt.
+    let leased = queues
+        .lease(LeaseRequest {
+            queue: "jobs".into(),
+            max_tasks: 1,
+            visibility: ms(60_000),
+            ..Default::default()
+        })
+        .await?
+        .into_inner()
+        .tasks;
+    let doomed = leased.first().expect("a task");
+    queues
+        .nack(NackRequest {
+            queue: "jobs".into(),
+            receipt: doomed.receipt.clone(),
+            delay: None,
+        })
+        .await?;
+    let dead_id = doomed.id.clone();
+
+    let overview = get(addr, "/", None).await;
+    assert!(
+        overview.body.contains("href=\"/queue?name=jobs\""),
+        "{}",
+        overview.body
+    );
+    let page = get(addr, "/queue?name=jobs", None).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(!page.body.contains("<img"), "a payload was not escaped");
+    let ready: Vec<Vec<String>> = ["a1", "b1", "doomed"]
+        .iter()
+        .filter(|id| **id != dead_id)
+        .map(|id| row(&page.body, id).expect("a ready task"))
+        .collect();
+    assert_eq!(ready.len(), 2);
+    let acme = row(&page.body, "a1").expect("a1 is READY");
+    assert_eq!(acme[1], "acme");
+    assert_eq!(acme[5], "&lt;img src=x onerror=alert(1)&gt;");
+    let bolt = row(&page.body, "b1").expect("b1 is READY");
+    assert_eq!(
+        bolt[5], "\u{fffd}\u{fffd}ok",
+        "non-UTF-8 shown as replacement characters"
+    );
+    // Its groups with their counts.
+    let group = row(&page.body, "acme").expect("the group acme");
+    assert_eq!(&group[1..5], ["1", "0", "0", "0"]);
+    // The DEAD tab.
+    let dead = get(addr, "/queue?name=jobs&state=dead", None).await;
+    assert!(dead.body.contains("<h2>Dead tasks</h2>"), "{}", dead.body);
+    let row_dead = row(&dead.body, &dead_id).expect("the dead task");
+    assert_eq!(row_dead[3], "1 of 1");
+    assert!(row(&dead.body, "a1").is_none());
+    // A name that is not one: 400 naming it.
+    let bad = get(addr, "/queue?name=", None).await;
+    assert_eq!(bad.status, 400);
+    assert!(bad.body.contains("name:"), "{}", bad.body);
     Ok(())
 }
 
