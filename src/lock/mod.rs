@@ -33,7 +33,8 @@ use crate::{
 pub use held_index::LockPage;
 use held_index::SlotRegistry;
 pub use model::{
-    AcquireOutcome, AcquireSpec, Attempt, Description, Holder, Lease, Renewal, Stop, Won,
+    generation_arg, AcquireOutcome, AcquireSpec, Attempt, Description, Holder, Lease, Renewal,
+    Stop, Won,
 };
 use owner_index::OwnerIndex;
 pub use scripts::LockScripts;

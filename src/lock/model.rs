@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::shutdown::Unclaimed;
+use crate::{error::Result, redis::reply, shutdown::Unclaimed};
 
 /// What a caller asks for when taking a lock.
 #[derive(Clone, Debug)]
@@ -60,6 +60,43 @@ pub enum Renewal {
     NotHeld,
     /// The token holds it, but a later Hold stream re-attached and owns it now.
     TakenOver,
+}
+
+impl Renewal {
+    /// The reply of an `extend.lua` (a lock's or a semaphore's: `{1, expires_at_ms,
+    /// owner, fencing, generation}`, `{0}` not held, `{2}` taken over) for `token`; with
+    /// the owner when renewed.
+    pub fn from_reply(reply: &[redis::Value], token: &str) -> Result<(Self, Option<String>)> {
+        Ok(match reply::int(reply, 0)? {
+            1 => (
+                Renewal::Renewed {
+                    lease: Lease {
+                        token: token.to_owned(),
+                        fencing_token: reply::int(reply, 3)? as u64,
+                        expires_at_ms: reply::int(reply, 1)?,
+                    },
+                    generation: reply::int(reply, 4)? as u64,
+                },
+                Some(reply::string(reply, 2)?),
+            ),
+            2 => (Renewal::TakenOver, None),
+            _ => (Renewal::NotHeld, None),
+        })
+    }
+
+    /// The new end of the lease (Unix ms), if renewed: what the unary `Extend` answers.
+    pub fn expires_at_ms(&self) -> Option<i64> {
+        match self {
+            Renewal::Renewed { lease, .. } => Some(lease.expires_at_ms),
+            Renewal::NotHeld | Renewal::TakenOver => None,
+        }
+    }
+}
+
+/// The attach generation as the `extend.lua` and `release.lua` scripts take it ('' for
+/// any: the unary calls).
+pub fn generation_arg(generation: Option<u64>) -> String {
+    generation.map(|g| g.to_string()).unwrap_or_default()
 }
 
 /// How an acquire attempt ended.

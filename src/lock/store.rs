@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::{
-    model::{AcquireOutcome, AcquireSpec, Description, Holder, Lease, Renewal},
+    model::{generation_arg, AcquireOutcome, AcquireSpec, Description, Holder, Lease, Renewal},
     LockStore, INDEX_SLACK_MS,
 };
 use crate::{
@@ -115,10 +115,10 @@ impl LockStore {
 
     /// Resets the lease to `ttl` from now if `token` holds it; the new end (Unix ms).
     pub async fn extend(&self, name: &str, token: &str, ttl: Duration) -> Result<Option<i64>> {
-        Ok(match self.renew(name, token, ttl, None, false).await? {
-            Renewal::Renewed { lease, .. } => Some(lease.expires_at_ms),
-            Renewal::NotHeld | Renewal::TakenOver => None,
-        })
+        Ok(self
+            .renew(name, token, ttl, None, false)
+            .await?
+            .expires_at_ms())
     }
 
     /// One script run of `extend.lua`: a renewal by a caller at attach `generation`
@@ -141,28 +141,17 @@ impl LockStore {
             .arg(if take_over { "1" } else { "0" })
             .arg(name);
         let reply: Vec<redis::Value> = self.redis.invoke_keyed(&keys.lock, &call).await?;
-        match reply::int(&reply, 0)? {
-            1 => {}
-            2 => return Ok(Renewal::TakenOver),
-            _ => return Ok(Renewal::NotHeld),
+        let (renewal, owner) = Renewal::from_reply(&reply, token)?;
+        if let (Some(owner), Some(expires_at_ms)) = (owner, renewal.expires_at_ms()) {
+            self.index
+                .record(
+                    self.redis.keys.owner_locks(&owner),
+                    name,
+                    expires_at_ms + INDEX_SLACK_MS,
+                )
+                .await?;
         }
-        let expires_at_ms = reply::int(&reply, 1)?;
-        let owner = reply::string(&reply, 2)?;
-        self.index
-            .record(
-                self.redis.keys.owner_locks(&owner),
-                name,
-                expires_at_ms + INDEX_SLACK_MS,
-            )
-            .await?;
-        Ok(Renewal::Renewed {
-            lease: Lease {
-                token: token.to_owned(),
-                fencing_token: reply::int(&reply, 3)? as u64,
-                expires_at_ms,
-            },
-            generation: reply::int(&reply, 4)? as u64,
-        })
+        Ok(renewal)
     }
 
     /// Who holds the lock, and whether `token` ('' for none) is the holder's.
@@ -259,11 +248,6 @@ impl LockStore {
 
 /// How many of a ReleaseAll's release scripts are in flight at once.
 const RELEASE_ALL_IN_FLIGHT: usize = 1000;
-
-/// The attach generation as `extend.lua` and `release.lua` take it ('' for any).
-fn generation_arg(generation: Option<u64>) -> String {
-    generation.map(|g| g.to_string()).unwrap_or_default()
-}
 
 fn ttl_ms(ttl: Duration) -> u64 {
     (ttl.as_millis() as u64).max(1)

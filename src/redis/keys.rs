@@ -365,20 +365,9 @@ mod tests {
         key
     }
 
-    /// The Redis Cluster slot of `key`: CRC16 (XMODEM) of its hash tag, mod 16384.
+    /// The Redis Cluster slot of `key`: the slot of its hash tag (`redis/slots.rs`).
     fn slot(key: &str) -> u16 {
-        let mut crc: u16 = 0;
-        for byte in hash_tag(key).bytes() {
-            crc ^= u16::from(byte) << 8;
-            for _ in 0..8 {
-                crc = if crc & 0x8000 != 0 {
-                    (crc << 1) ^ 0x1021
-                } else {
-                    crc << 1
-                };
-            }
-        }
-        crc % 16384
+        slots::slot_of_tag(hash_tag(key))
     }
 
     #[test]
@@ -394,7 +383,8 @@ mod tests {
 
     #[test]
     fn every_scripts_key_list_is_on_one_cluster_slot_for_every_tenant_and_name() {
-        let prefix = Keys::new("turnstile");
+        // On a cluster, as the server builds them there (per-slot lock indexes).
+        let prefix = Keys::new("turnstile").with_slot_indexes();
         for tenant in TRICKY_TENANTS {
             let keys = prefix.tenant(&Tenant::new("tenant", tenant).unwrap());
             // (An empty name, which would hash the whole key, is refused as INVALID_ARGUMENT.)
@@ -402,12 +392,19 @@ mod tests {
                 .iter()
                 .chain(&["LockRoom:{42}", "a{b}c{d}", "{}"])
             {
-                // The lock scripts take [lock, fence, watched] (acquire), [lock,
-                // watched] (watch); release, extend, describe and release_owner the
-                // lock alone.
+                // The lock scripts take [lock, fence, watched, index] (acquire), [lock,
+                // watched] (watch), [lock, index] (release, extend, release_owner) and
+                // the lock alone (describe).
                 let lock = keys.lock(name);
                 assert_eq!(slot(&lock.lock), slot(&lock.fence), "{tenant} {name}");
                 assert_eq!(slot(&lock.lock), slot(&lock.watched), "{tenant} {name}");
+                assert_eq!(slot(&lock.lock), slot(&lock.index), "{tenant} {name}");
+                assert_eq!(Some(slot(&lock.lock)), lock.slot, "{tenant} {name}");
+                // Every semaphore script takes its four keys.
+                let semaphore = keys.semaphore(name);
+                for key in &semaphore.all {
+                    assert_eq!(slot(key), slot(semaphore.sem()), "{tenant} {name} {key}");
+                }
                 // Every queue script takes all nine queue keys.
                 let queue = keys.queue(name);
                 let first = slot(&queue.all[0]);

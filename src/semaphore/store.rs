@@ -10,7 +10,7 @@ use super::{
 };
 use crate::{
     error::{Error, Result},
-    lock::{Lease, Renewal},
+    lock::{generation_arg, Lease, Renewal},
     redis::{keys::Event, reply},
 };
 
@@ -111,17 +111,17 @@ impl SemaphoreStore {
         let mut call = self.scripts.release.key(&keys.all);
         call.arg(token)
             .arg(self.redis.keys.channel(Event::SemaphoreWake))
-            .arg(generation.map(|g| g.to_string()).unwrap_or_default());
+            .arg(generation_arg(generation));
         let released: i64 = self.redis.invoke_keyed(keys.sem(), &call).await?;
         Ok(released == 1)
     }
 
     /// Resets the lease of `token` to `ttl` from now; the new end (Unix ms).
     pub async fn extend(&self, name: &str, token: &str, ttl: Duration) -> Result<Option<i64>> {
-        Ok(match self.renew(name, token, ttl, None, false).await? {
-            Renewal::Renewed { lease, .. } => Some(lease.expires_at_ms),
-            Renewal::NotHeld | Renewal::TakenOver => None,
-        })
+        Ok(self
+            .renew(name, token, ttl, None, false)
+            .await?
+            .expires_at_ms())
     }
 
     /// One run of `extend.lua`: a renewal at `generation` (`None`: any), or with
@@ -138,22 +138,11 @@ impl SemaphoreStore {
         let mut call = self.scripts.extend.key(&keys.all);
         call.arg(token)
             .arg(ms(ttl))
-            .arg(generation.map(|g| g.to_string()).unwrap_or_default())
+            .arg(generation_arg(generation))
             .arg(if take_over { "1" } else { "0" })
             .arg(self.redis.keys.channel(Event::SemaphoreWake));
         let reply: Vec<redis::Value> = self.redis.invoke_keyed(keys.sem(), &call).await?;
-        match reply::int(&reply, 0)? {
-            1 => Ok(Renewal::Renewed {
-                lease: Lease {
-                    token: token.to_owned(),
-                    fencing_token: reply::int(&reply, 3)? as u64,
-                    expires_at_ms: reply::int(&reply, 1)?,
-                },
-                generation: reply::int(&reply, 4)? as u64,
-            }),
-            2 => Ok(Renewal::TakenOver),
-            _ => Ok(Renewal::NotHeld),
-        }
+        Ok(Renewal::from_reply(&reply, token)?.0)
     }
 
     /// The limit, permits in use, live holders and waiters (read only).

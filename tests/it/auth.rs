@@ -347,6 +347,16 @@ async fn call(
     }
 }
 
+/// A server with two tenants, `shop` and `rival`, each with a token of every
+/// permission (`token-of-shop`, `token-of-rival`).
+async fn shop_and_rival(redis: &TestRedis) -> TestServer {
+    let grants: [(&str, &str, &[&str]); 2] = [
+        ("token-of-shop", "shop", ALL),
+        ("token-of-rival", "rival", ALL),
+    ];
+    server_with(redis, &grants).await.0
+}
+
 /// A server whose auth file is written from `grants`.
 async fn server_with(redis: &TestRedis, grants: &[(&str, &str, &[&str])]) -> (TestServer, PathBuf) {
     let path = write_auth_file(&redis.dir.0.join("auth.toml"), grants);
@@ -1531,14 +1541,7 @@ async fn with_auth_on_queue_metrics_carry_the_tenant_and_never_a_token() -> Test
 async fn a_tenant_lists_only_its_own_held_locks() -> TestResult {
     init_tracing();
     let redis = TestRedis::start().await;
-    let (server, _) = server_with(
-        &redis,
-        &[
-            ("token-of-shop", "shop", ALL),
-            ("token-of-rival", "rival", ALL),
-        ],
-    )
-    .await;
+    let server = shop_and_rival(&redis).await;
     let (mut shop, _) = clients(server.channel().await, Some("token-of-shop"));
     let (mut rival, _) = clients(server.channel().await, Some("token-of-rival"));
     for (locks, owner) in [(&mut shop, "shop-owner"), (&mut rival, "rival-owner")] {
@@ -1595,14 +1598,7 @@ async fn a_tenant_lists_only_its_own_held_locks() -> TestResult {
 async fn a_semaphore_of_one_tenant_is_not_another_tenants() -> TestResult {
     init_tracing();
     let redis = TestRedis::start().await;
-    let (server, _) = server_with(
-        &redis,
-        &[
-            ("token-of-shop", "shop", ALL),
-            ("token-of-rival", "rival", ALL),
-        ],
-    )
-    .await;
+    let server = shop_and_rival(&redis).await;
     let (_, mut shop) = other_clients(server.channel().await, Some("token-of-shop"));
     let (_, mut rival) = other_clients(server.channel().await, Some("token-of-rival"));
     let take = |limit| pb::SemaphoreServiceAcquireRequest {
@@ -1631,14 +1627,7 @@ async fn a_semaphore_of_one_tenant_is_not_another_tenants() -> TestResult {
 async fn a_tenant_sees_and_fires_only_its_own_schedules() -> TestResult {
     init_tracing();
     let redis = TestRedis::start().await;
-    let (server, _) = server_with(
-        &redis,
-        &[
-            ("token-of-shop", "shop", ALL),
-            ("token-of-rival", "rival", ALL),
-        ],
-    )
-    .await;
+    let server = shop_and_rival(&redis).await;
     let mut shop = schedules_client(server.channel().await, Some("token-of-shop"));
     let mut rival = schedules_client(server.channel().await, Some("token-of-rival"));
     let (_, shop_queues) = clients(server.channel().await, Some("token-of-shop"));
