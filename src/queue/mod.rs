@@ -9,6 +9,7 @@
 //! - `acks.rs`: Ack by group commit.
 //! - `config.rs`: flow control's queue and group settings (`lua/include/flow.lua`);
 //!   `listing.rs`: the tenant's queues and a queue's groups, a page at a time.
+//! - `history.rs`: a queue's last hour by the minute (the dashboard's charts).
 //! - `watch.rs`: wake-ups of waiting `Lease` calls; `scheduler.rs`: the Subscribe
 //!   feeds of this replica; `feed.rs`: one queue's feed and its pass; `subscribe.rs`:
 //!   a Subscribe stream (its settings and the stream a caller reads).
@@ -18,6 +19,7 @@
 mod acks;
 mod config;
 mod feed;
+mod history;
 mod listing;
 mod long_poll;
 mod model;
@@ -45,6 +47,7 @@ pub use config::{
     GroupConfig, Limit, QueueConfig, QueueConfigChange, RateLimit, MAX_RATE_LIMIT, MAX_WEIGHT,
     RATE_PERIODS,
 };
+pub use history::{Minute, HISTORY_MINUTES};
 pub use listing::{GroupSummary, Page, QueueSummary};
 pub use model::{
     Dispatched, Enqueued, Fire, FireOutcome, Fired, LeaseSpec, Leased, Nacked, NewTask, Schedule,

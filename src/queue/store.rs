@@ -247,13 +247,46 @@ impl QueueStore {
         limit: u32,
         group: Option<&str>,
     ) -> Result<Vec<Task>> {
+        self.peek_run(queue, state.as_script_arg(), limit, group, 0)
+            .await
+    }
+
+    /// Up to `limit` tasks of `state` in delivery order after the first `skip` (the
+    /// dashboard's pages): found by rank, so a deep page costs what the first does.
+    pub async fn peek_page(
+        &self,
+        queue: &str,
+        state: TaskState,
+        skip: u64,
+        limit: u32,
+    ) -> Result<Vec<Task>> {
+        self.peek_run(queue, state.as_script_arg(), limit, None, skip)
+            .await
+    }
+
+    /// The task `id`, in whatever state it is (none when the queue has no such task).
+    pub async fn task(&self, queue: &str, id: &str) -> Result<Option<Task>> {
+        // The script's ARGV[5] carries the id (as it carries a group for READY).
+        let tasks = self.peek_run(queue, "task", 1, Some(id), 0).await?;
+        Ok(tasks.into_iter().find(|task| task.id == id))
+    }
+
+    async fn peek_run(
+        &self,
+        queue: &str,
+        state: &str,
+        limit: u32,
+        group: Option<&str>,
+        skip: u64,
+    ) -> Result<Vec<Task>> {
         let keys = self.keys(queue);
         let mut call = call(&self.scripts.peek, &keys);
-        call.arg(state.as_script_arg())
+        call.arg(state)
             .arg(limit)
             .arg(REPLY_BUDGET_BYTES)
             .arg(if group.is_some() { "1" } else { "0" })
-            .arg(group.unwrap_or_default());
+            .arg(group.unwrap_or_default())
+            .arg(skip);
         let reply: Vec<redis::Value> = self.invoke_reclaiming(&call).await?;
         replies::task_rows(&reply)
     }

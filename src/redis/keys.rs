@@ -68,9 +68,9 @@ pub struct SemaphoreKeys {
 pub struct QueueKeys {
     /// Every key, in script order: pending, inflight, dead, tasks, payloads, reserved,
     /// seq, leased, counters, then flow control's config, ready, ranked, rotation,
-    /// groups, wakeups, group_index (`src/queue/lua/include/keys.lua` says what each
-    /// holds).
-    pub all: [String; 16],
+    /// groups, wakeups, group_index, and the dashboard's history
+    /// (`src/queue/lua/include/keys.lua` says what each holds).
+    pub all: [String; 17],
 }
 
 impl SemaphoreKeys {
@@ -84,6 +84,11 @@ impl QueueKeys {
     /// The pending zset (READY and DELAYED tasks), also the queue's wake-up message.
     pub fn pending(&self) -> &str {
         &self.all[0]
+    }
+
+    /// The dashboard's per-minute history (`src/queue/lua/include/history.lua`).
+    pub fn history(&self) -> &str {
+        &self.all[16]
     }
 }
 
@@ -226,6 +231,7 @@ impl Keys {
                 "groups",
                 "wakeups",
                 "group_index",
+                "history",
             ]
             .map(|part| format!("{base}:{part}")),
         }

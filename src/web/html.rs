@@ -44,6 +44,12 @@ impl Display for UrlPart<'_> {
     }
 }
 
+/// A Unix-ms instant as RFC 3339 (UTC), or a dash.
+pub fn instant(ms: Option<i64>) -> String {
+    ms.and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
+        .map_or_else(|| "–".to_owned(), |at| at.to_string())
+}
+
 /// A whole page: the shared head (the stylesheet; no script), a header naming the
 /// tenant (and a sign-out button for a signed-in person), and `main`, which the caller
 /// built with escaped values.

@@ -13,7 +13,8 @@ use axum::{
 use serde::Deserialize;
 
 use super::{
-    html::{esc, UrlPart},
+    actions,
+    html::{esc, instant, UrlPart},
     Dashboard,
 };
 use crate::{
@@ -28,12 +29,6 @@ use crate::{
 const LOCKS_PER_PAGE: usize = 100;
 /// Schedules the page lists (then it says so).
 const MAX_SCHEDULES: usize = 1000;
-
-/// A Unix-ms instant as RFC 3339 (UTC), or a dash.
-fn instant(ms: Option<i64>) -> String {
-    ms.and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
-        .map_or_else(|| "–".to_owned(), |at| at.to_string())
-}
 
 pub(super) async fn schedules(
     State(dashboard): State<Arc<Dashboard>>,
@@ -62,11 +57,16 @@ async fn render_schedules(dashboard: &Dashboard, viewer: Viewer) -> Result<Strin
              <thead><tr><th scope=\"col\">Schedule</th><th scope=\"col\">Queue</th>\
              <th scope=\"col\">When</th><th scope=\"col\">Next fire</th>\
              <th scope=\"col\">Last fire</th><th scope=\"col\">Paused</th>\
-             <th scope=\"col\">Overlap</th></tr></thead>\n<tbody>\n",
+             <th scope=\"col\">Overlap</th>{}</tr></thead>\n<tbody>\n",
             listed.schedules.len(),
             if listed.schedules.len() == 1 { "" } else { "s" },
             if listed.next_after.is_some() {
                 " (the first ones)"
+            } else {
+                ""
+            },
+            if viewer.admin {
+                "<th scope=\"col\">Action</th>"
             } else {
                 ""
             },
@@ -83,13 +83,21 @@ async fn render_schedules(dashboard: &Dashboard, viewer: Viewer) -> Result<Strin
             } else {
                 "<td class=\"muted\">no</td>"
             };
+            let control = if viewer.admin {
+                format!(
+                    "<td>{}</td>",
+                    actions::schedule_controls(&schedule.name, schedule.paused)
+                )
+            } else {
+                String::new()
+            };
             let overlap = match schedule.overlap {
                 Overlap::Allow => "allow",
                 Overlap::Skip => "skip",
             };
             let _ = writeln!(
                 main,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>{paused}<td>{overlap}</td></tr>",
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>{paused}<td>{overlap}</td>{control}</tr>",
                 esc(&schedule.name),
                 esc(&schedule.queue),
                 esc(&when),

@@ -8,11 +8,14 @@
 //! signed in with a bearer token (`session.rs`), or a script's own
 //! `Authorization: Bearer <token>`; either sees only the token's tenant.
 
+mod actions;
+mod chart;
 mod html;
 mod lists;
 mod overview;
 mod queue;
 mod session;
+mod task;
 
 use std::sync::Arc;
 
@@ -62,6 +65,8 @@ pub fn spawn(listener: TcpListener, dashboard: Dashboard, shutdown: &Shutdown) {
     let router = Router::new()
         .route("/", get(overview::overview))
         .route("/queue", get(queue::queue))
+        .route("/task", get(task::task))
+        .route("/action", post(actions::action))
         .route("/schedules", get(lists::schedules))
         .route("/locks", get(lists::locks))
         .route("/static/app.css", get(stylesheet))

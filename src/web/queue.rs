@@ -1,7 +1,9 @@
-//! The queue page (`/queue?name=…&state=…`): one queue's depths by state, its config,
-//! its groups with their counts, and its first tasks of one state (id, group, priority,
-//! attempts, due time, a preview of the payload as escaped text). Deeper paging through
-//! a state (a hundred thousand DEAD tasks) and a task's detail come next.
+//! The queue page (`/queue?name=…&state=…&page=…`): one queue's depths by state, its
+//! config, its groups with their counts, and its tasks of one state a page at a time
+//! (id, group, priority, attempts, due time, a preview of the payload as escaped text),
+//! each linking to its detail (`task.rs`). Pages are found by rank in Redis, so the
+//! thousandth page of a hundred thousand DEAD tasks costs what the first does. An admin
+//! also gets the forms of the actions (`actions.rs`): pause, limits, redrive, cancel.
 
 use std::{fmt::Write, sync::Arc};
 
@@ -13,6 +15,7 @@ use axum::{
 use serde::Deserialize;
 
 use super::{
+    actions, chart,
     html::{esc, UrlPart},
     overview::{age, limits},
     Dashboard,
@@ -21,8 +24,8 @@ use crate::{
     auth::Viewer, error::Result, queue::TaskState, redis::TenantScoped, time::now_ms, validate,
 };
 
-/// Tasks of the chosen state the page shows.
-const TASKS_SHOWN: u32 = 100;
+/// Tasks per page.
+const TASKS_PER_PAGE: u32 = 100;
 /// Groups the page lists.
 const GROUPS_SHOWN: usize = 100;
 /// Characters of a payload's preview.
@@ -35,9 +38,12 @@ pub(super) struct QueueQuery {
     name: String,
     #[serde(default)]
     state: String,
+    /// 1-based.
+    #[serde(default)]
+    page: Option<u64>,
 }
 
-const STATES: [(&str, TaskState, &str); 4] = [
+pub(super) const STATES: [(&str, TaskState, &str); 4] = [
     ("ready", TaskState::Ready, "Ready"),
     ("delayed", TaskState::Delayed, "Delayed"),
     ("in_flight", TaskState::InFlight, "In flight"),
@@ -66,7 +72,17 @@ async fn render(dashboard: &Dashboard, viewer: Viewer, query: &QueueQuery) -> Re
     let queues = dashboard.queues.tenant(&viewer.tenant);
     let stats = queues.stats(name).await?;
     let groups = queues.list_groups(name, None, GROUPS_SHOWN).await?;
-    let tasks = queues.peek(name, state, TASKS_SHOWN, None).await?;
+    let history = queues.history(name).await?;
+    let in_state = match state {
+        TaskState::Ready => stats.ready,
+        TaskState::Delayed => stats.delayed,
+        TaskState::InFlight => stats.in_flight,
+        TaskState::Dead => stats.dead,
+    };
+    let pages = in_state.div_ceil(u64::from(TASKS_PER_PAGE)).max(1);
+    let page = query.page.unwrap_or(1).clamp(1, pages);
+    let skip = (page - 1) * u64::from(TASKS_PER_PAGE);
+    let tasks = queues.peek_page(name, state, skip, TASKS_PER_PAGE).await?;
     let now = now_ms();
 
     let mut main = format!("<h1>Queue <span class=\"name\">{}</span></h1>\n", esc(name));
@@ -93,6 +109,19 @@ async fn render(dashboard: &Dashboard, viewer: Viewer, query: &QueueQuery) -> Re
         },
         esc(&limits(&stats.config)),
     );
+    main.push_str(&chart::charts(&history));
+    if viewer.admin {
+        main.push_str(&actions::queue_controls(name, &stats.config));
+    }
+    let _ = writeln!(
+        main,
+        "<form method=\"get\" action=\"/task\" class=\"find\">\
+         <input type=\"hidden\" name=\"queue\" value=\"{}\">\
+         <label for=\"find-id\">Find a task by id</label> \
+         <input id=\"find-id\" name=\"id\" required maxlength=\"512\"> \
+         <button type=\"submit\">Open</button></form>",
+        esc(name)
+    );
 
     main.push_str("<nav aria-label=\"task states\" class=\"states\">");
     for (key, _, heading) in STATES {
@@ -112,13 +141,21 @@ async fn render(dashboard: &Dashboard, viewer: Viewer, query: &QueueQuery) -> Re
     if tasks.is_empty() {
         main.push_str("<p class=\"muted\">None.</p>\n");
     } else {
+        let first = skip + 1;
+        let last = skip + tasks.len() as u64;
+        let pager = pager(name, state_key, page, pages);
+        // An admin selects tasks in the table: the form wraps it, and its buttons
+        // (redrive for DEAD, cancel for what is not in flight) name the ones checked.
+        let selectable = viewer.admin && state != TaskState::InFlight;
+        if selectable {
+            main.push_str(&actions::selection_form_open(name, state));
+        }
         let _ = write!(
             main,
-            "<div class=\"table-wrap\"><table>\n<caption class=\"muted\">the first {} in delivery order</caption>\n\
-             <thead><tr><th scope=\"col\">Task</th><th scope=\"col\">Group</th>\
+            "{pager}<div class=\"table-wrap\"><table>\n<caption class=\"muted\">{first}–{last} of {in_state}, in delivery order</caption>\n<thead><tr>{}<th scope=\"col\">Task</th><th scope=\"col\">Group</th>\
              <th scope=\"col\">Priority</th><th scope=\"col\">Attempts</th>\
              <th scope=\"col\">Due</th><th scope=\"col\">Payload</th></tr></thead>\n<tbody>\n",
-            tasks.len()
+            if selectable { "<th scope=\"col\"><span class=\"visually-hidden\">Select</span></th>" } else { "" },
         );
         for task in &tasks {
             let due = if task.due_at_ms > now {
@@ -126,9 +163,20 @@ async fn render(dashboard: &Dashboard, viewer: Viewer, query: &QueueQuery) -> Re
             } else {
                 format!("{} ago", age(now - task.due_at_ms))
             };
+            let select = if selectable {
+                format!(
+                    "<td><input type=\"checkbox\" name=\"id\" value=\"{}\" aria-label=\"select {}\"></td>",
+                    esc(&task.id),
+                    esc(&task.id)
+                )
+            } else {
+                String::new()
+            };
             let _ = writeln!(
                 main,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{} of {}</td><td>{due}</td><td class=\"payload\">{}</td></tr>",
+                "<tr>{select}<td><a href=\"/task?queue={}&amp;id={}\">{}</a></td><td>{}</td><td>{}</td><td>{} of {}</td><td>{due}</td><td class=\"payload\">{}</td></tr>",
+                UrlPart(name),
+                UrlPart(&task.id),
                 esc(&task.id),
                 esc(&task.group),
                 task.priority,
@@ -138,22 +186,43 @@ async fn render(dashboard: &Dashboard, viewer: Viewer, query: &QueueQuery) -> Re
             );
         }
         main.push_str("</tbody>\n</table></div>\n");
+        if selectable {
+            main.push_str(&actions::selection_form_close(state));
+        }
+        main.push_str(&pager);
+    }
+    if viewer.admin && state == TaskState::Dead && stats.dead > 0 {
+        main.push_str(&actions::redrive_all(name, stats.dead));
     }
 
     main.push_str("<h2>Groups</h2>\n");
     if groups.items.is_empty() {
         main.push_str("<p class=\"muted\">No groups: every task is ungrouped.</p>\n");
     } else {
-        main.push_str(
+        let _ = write!(
+            main,
             "<div class=\"table-wrap\"><table>\n<thead><tr><th scope=\"col\">Group</th>\
              <th scope=\"col\">Ready</th><th scope=\"col\">Delayed</th>\
              <th scope=\"col\">In flight</th><th scope=\"col\">Dead</th>\
-             <th scope=\"col\">Paused</th><th scope=\"col\">Weight</th></tr></thead>\n<tbody>\n",
+             <th scope=\"col\">Paused</th><th scope=\"col\">Weight</th>{}</tr></thead>\n<tbody>\n",
+            if viewer.admin {
+                "<th scope=\"col\">Action</th>"
+            } else {
+                ""
+            },
         );
         for group in &groups.items {
+            let control = if viewer.admin {
+                format!(
+                    "<td>{}</td>",
+                    actions::group_control(name, &group.group, group.config.paused)
+                )
+            } else {
+                String::new()
+            };
             let _ = writeln!(
                 main,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>{control}</tr>",
                 if group.group.is_empty() {
                     "(ungrouped)".to_owned()
                 } else {
@@ -170,6 +239,30 @@ async fn render(dashboard: &Dashboard, viewer: Viewer, query: &QueueQuery) -> Re
         main.push_str("</tbody>\n</table></div>\n");
     }
     Ok(main)
+}
+
+/// Links to the first, previous, next and last page, and where this one is.
+fn pager(name: &str, state: &str, page: u64, pages: u64) -> String {
+    if pages <= 1 {
+        return String::new();
+    }
+    let link = |to: u64, label: &str, rel: &str| {
+        if to == page || to == 0 || to > pages {
+            format!("<span class=\"muted\">{label}</span>")
+        } else {
+            format!(
+                "<a href=\"/queue?name={}&amp;state={state}&amp;page={to}\"{rel}>{label}</a>",
+                UrlPart(name)
+            )
+        }
+    };
+    format!(
+        "<nav class=\"pager\" aria-label=\"pages of tasks\">{} {} <span>page {page} of {pages}</span> {} {}</nav>\n",
+        link(1, "« first", ""),
+        link(page - 1, "‹ previous", " rel=\"prev\""),
+        link(page + 1, "next ›", " rel=\"next\""),
+        link(pages, "last »", ""),
+    )
 }
 
 /// The first characters of a payload as text (invalid UTF-8 shown as U+FFFD), on one

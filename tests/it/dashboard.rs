@@ -106,9 +106,11 @@ fn unchunk(mut rest: &str) -> String {
 fn row(body: &str, name: &str) -> Option<Vec<String>> {
     body.split("<tr>").skip(1).find_map(|tr| {
         let tr = &tr[..tr.find("</tr>")?];
+        // An admin's rows open with a checkbox to select the task: not a cell to read.
         let cells: Vec<String> = tr
             .split("<td")
             .skip(1)
+            .filter(|cell| !cell.starts_with("><input type=\"checkbox\""))
             .map(|cell| {
                 let inner = &cell[cell.find('>').unwrap() + 1..];
                 strip_tags(&inner[..inner.find("</td>").unwrap()])
@@ -277,8 +279,9 @@ async fn every_answer_carries_the_security_headers_and_hostile_names_are_text() 
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_an_auth_file_a_token_sees_only_its_tenant_and_no_token_nothing() -> TestResult {
+/// A server with an auth file of two tenants: `shop` with an admin and a read-only
+/// token, `rival` with an admin.
+async fn shop_and_rival() -> (TestRedis, TestServer) {
     let redis = TestRedis::start().await;
     let path = write_auth_file(
         &redis.dir.0.join("auth.toml"),
@@ -292,6 +295,12 @@ async fn with_an_auth_file_a_token_sees_only_its_tenant_and_no_token_nothing() -
         config.auth_file = Some(path.clone());
     })
     .await;
+    (redis, server)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_an_auth_file_a_token_sees_only_its_tenant_and_no_token_nothing() -> TestResult {
+    let (_redis, server) = shop_and_rival().await;
     let addr = server.dashboard.expect("a dashboard");
     for (token, queue) in [
         ("shop-admin", "shop-orders"),
@@ -655,5 +664,429 @@ async fn a_dashboard_turned_off_listens_nowhere() -> TestResult {
     assert_eq!(server.dashboard, None);
     // The server still serves gRPC.
     enqueue(&server, "q", &["t"], None).await;
+    Ok(())
+}
+
+/// The task ids of a page's table rows, in order.
+fn listed_ids(body: &str) -> Vec<String> {
+    body.split("<a href=\"/task?")
+        .skip(1)
+        .map(|link| {
+            let text = &link[link.find('>').unwrap() + 1..];
+            text[..text.find("</a>").unwrap()].to_owned()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_page_by_rank_and_a_task_opens_as_text_json_or_hex() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let addr = server.dashboard.expect("a dashboard");
+    let ready: Vec<String> = (0..230).map(|n| format!("r{n:03}")).collect();
+    let delayed: Vec<String> = (0..120).map(|n| format!("d{n:03}")).collect();
+    for chunk in ready.chunks(100) {
+        let ids: Vec<&str> = chunk.iter().map(String::as_str).collect();
+        enqueue(&server, "deep", &ids, None).await;
+    }
+    for chunk in delayed.chunks(100) {
+        let ids: Vec<&str> = chunk.iter().map(String::as_str).collect();
+        enqueue(&server, "deep", &ids, Some(3_600_000)).await;
+    }
+    // READY pages of 100 in enqueue order; the last one partial; past the end the last.
+    for (page, from, to) in [(1, 0, 100), (2, 100, 200), (3, 200, 230), (9, 200, 230)] {
+        let answer = get(addr, &format!("/queue?name=deep&page={page}"), None).await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        assert_eq!(listed_ids(&answer.body), ready[from..to], "page {page}");
+    }
+    let third = get(addr, "/queue?name=deep&page=3", None).await;
+    assert!(third.body.contains("201–230 of 230"), "{}", third.body);
+    assert!(third.body.contains("page 3 of 3"));
+    assert!(third
+        .body
+        .contains("href=\"/queue?name=deep&amp;state=ready&amp;page=2\" rel=\"prev\""));
+    // DELAYED pages start after the READY tasks in the same sorted set.
+    let second = get(addr, "/queue?name=deep&state=delayed&page=2", None).await;
+    assert_eq!(listed_ids(&second.body), delayed[100..120]);
+
+    // A task's page, in each view, escaped; an unknown id is a 404.
+    let mut queues = server.queues().await;
+    queues
+        .enqueue(EnqueueRequest {
+            queue: "deep".into(),
+            tasks: vec![
+                TaskSpec {
+                    id: "json<1>".into(),
+                    payload: br#"{"b":[1,"</pre><script>x</script>"]}"#.to_vec().into(),
+                    group: "g".into(),
+                    priority: 7,
+                    ..Default::default()
+                },
+                TaskSpec {
+                    id: "bin".into(),
+                    payload: vec![0x00, 0xff, b'<', b'A'].into(),
+                    ..Default::default()
+                },
+            ],
+        })
+        .await?;
+    let text = get(addr, "/task?queue=deep&id=json%3C1%3E", None).await;
+    assert_eq!(text.status, 200, "{}", text.body);
+    assert!(text
+        .body
+        .contains("Task <span class=\"name\">json&lt;1&gt;</span>"));
+    assert!(!text.body.contains("<script>"), "a payload was not escaped");
+    let facts = strip_tags(&text.body);
+    for fact in ["StateReady", "Groupg", "Priority7", "Attempts0 of"] {
+        assert!(facts.contains(fact), "{fact} in {facts}");
+    }
+    let json = get(addr, "/task?queue=deep&id=json%3C1%3E&view=json", None).await;
+    assert!(
+        json.body
+            .contains("{\n  &quot;b&quot;: [\n    1,\n    &quot;&lt;/pre&gt;&lt;script&gt;"),
+        "{}",
+        json.body
+    );
+    let hex = get(addr, "/task?queue=deep&id=bin&view=hex", None).await;
+    assert!(
+        hex.body.contains("00000000  00 ff 3c 41 ") && hex.body.contains("..&lt;A"),
+        "{}",
+        hex.body
+    );
+    let missing = get(addr, "/task?queue=deep&id=nope", None).await;
+    assert_eq!(missing.status, 404);
+    // The find form leads there.
+    let page = get(addr, "/queue?name=deep", None).await;
+    assert!(page.body.contains("<form method=\"get\" action=\"/task\""));
+    Ok(())
+}
+
+/// Posts an action as a form of the dashboard would (same origin), with `auth` as
+/// its header line (a session cookie or a bearer token).
+async fn act(addr: SocketAddr, auth: &str, form: &str) -> Answer {
+    send(
+        addr,
+        "POST",
+        "/action",
+        &[auth.to_owned(), "Sec-Fetch-Site: same-origin".to_owned()],
+        form,
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn actions_are_confirmed_then_done_and_change_what_the_rpcs_see() -> TestResult {
+    use turnstile::pb::{
+        GetScheduleRequest, ListGroupsRequest, NackRequest, PeekRequest, PutScheduleRequest,
+        StatsRequest,
+    };
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let addr = server.dashboard.expect("a dashboard");
+    let mut queues = server.queues().await;
+    let stats = |mut queues: turnstile::pb::queue_service_client::QueueServiceClient<_>| async move {
+        queues
+            .stats(StatsRequest {
+                queue: "work".into(),
+            })
+            .await
+            .expect("stats")
+            .into_inner()
+    };
+    enqueue(&server, "work", &["a", "b", "c"], None).await;
+    let page = get(addr, "/queue?name=work", None).await;
+    assert!(page.body.contains("value=\"pause-queue\""), "{}", page.body);
+
+    // The first POST only asks; nothing changes until it is confirmed.
+    let asked = act(addr, "X-None: 1", "queue=work&do=pause-queue").await;
+    assert_eq!(asked.status, 200, "{}", asked.body);
+    assert!(asked.body.contains("<h1>Confirm</h1>"));
+    assert!(asked.body.contains("name=\"confirmed\" value=\"yes\""));
+    assert!(!stats(queues.clone()).await.config.unwrap().paused);
+    let done = act(addr, "X-None: 1", "queue=work&do=pause-queue&confirmed=yes").await;
+    assert!(done.body.contains("is paused"), "{}", done.body);
+    assert!(stats(queues.clone()).await.config.unwrap().paused);
+    let page = get(addr, "/queue?name=work", None).await;
+    assert!(page.body.contains("value=\"resume-queue\""));
+    act(
+        addr,
+        "X-None: 1",
+        "queue=work&do=resume-queue&confirmed=yes",
+    )
+    .await;
+    assert!(!stats(queues.clone()).await.config.unwrap().paused);
+
+    // Limits.
+    let set = act(
+        addr,
+        "X-None: 1",
+        "queue=work&max_in_flight=5&per_second=100&group_max_in_flight=0&do=limits&confirmed=yes",
+    )
+    .await;
+    assert!(set.body.contains("5 in flight"), "{}", set.body);
+    let config = stats(queues.clone()).await.config.unwrap();
+    assert_eq!(config.max_in_flight, 5);
+    assert_eq!(config.rate_limit.expect("a rate limit").limit, 100);
+    let bad = act(addr, "X-None: 1", "queue=work&max_in_flight=x&do=limits").await;
+    assert_eq!(bad.status, 400);
+    assert!(bad.body.contains("max_in_flight:"), "{}", bad.body);
+
+    // Cancel chosen tasks.
+    let cancelled = act(
+        addr,
+        "X-None: 1",
+        "queue=work&id=a&id=b&do=cancel&confirmed=yes",
+    )
+    .await;
+    assert!(
+        cancelled.body.contains("2 of 2 tasks cancelled"),
+        "{}",
+        cancelled.body
+    );
+    assert_eq!(stats(queues.clone()).await.ready, 1);
+
+    // Redrive a DEAD task, then all of them.
+    queues
+        .enqueue(EnqueueRequest {
+            queue: "work".into(),
+            tasks: ["x", "y"]
+                .iter()
+                .map(|id| TaskSpec {
+                    id: (*id).into(),
+                    max_attempts: 1,
+                    ..Default::default()
+                })
+                .collect(),
+        })
+        .await?;
+    act(addr, "X-None: 1", "queue=work&id=c&do=cancel&confirmed=yes").await;
+    for _ in 0..2 {
+        let leased = queues
+            .lease(LeaseRequest {
+                queue: "work".into(),
+                max_tasks: 1,
+                visibility: ms(60_000),
+                ..Default::default()
+            })
+            .await?
+            .into_inner()
+            .tasks;
+        queues
+            .nack(NackRequest {
+                queue: "work".into(),
+                receipt: leased[0].receipt.clone(),
+                delay: None,
+            })
+            .await?;
+    }
+    assert_eq!(stats(queues.clone()).await.dead, 2);
+    let dead_page = get(addr, "/queue?name=work&state=dead", None).await;
+    assert!(dead_page.body.contains("value=\"redrive\""));
+    assert!(dead_page.body.contains("value=\"redrive-all\""));
+    let one = act(
+        addr,
+        "X-None: 1",
+        "queue=work&id=x&do=redrive&confirmed=yes",
+    )
+    .await;
+    assert!(one.body.contains("1 of 1 task redriven"), "{}", one.body);
+    let after = stats(queues.clone()).await;
+    assert_eq!((after.ready, after.dead), (1, 1));
+    let ready = queues
+        .peek(PeekRequest {
+            queue: "work".into(),
+            state: turnstile::pb::TaskState::Ready as i32,
+            ..Default::default()
+        })
+        .await?
+        .into_inner()
+        .tasks;
+    assert_eq!(ready[0].id, "x");
+    act(addr, "X-None: 1", "queue=work&do=redrive-all&confirmed=yes").await;
+    let after = stats(queues.clone()).await;
+    assert_eq!((after.ready, after.dead), (2, 0));
+
+    // A group's pause.
+    queues
+        .enqueue(EnqueueRequest {
+            queue: "work".into(),
+            tasks: vec![TaskSpec {
+                id: "g1".into(),
+                group: "acme".into(),
+                ..Default::default()
+            }],
+        })
+        .await?;
+    act(
+        addr,
+        "X-None: 1",
+        "queue=work&group=acme&do=pause-group&confirmed=yes",
+    )
+    .await;
+    let groups = queues
+        .list_groups(ListGroupsRequest {
+            queue: "work".into(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner()
+        .groups;
+    let acme = groups.iter().find(|g| g.group == "acme").expect("acme");
+    assert!(acme.config.as_ref().unwrap().paused);
+
+    // A schedule's trigger and pause.
+    let mut schedules = server.schedules().await;
+    schedules
+        .put_schedule(PutScheduleRequest {
+            schedule: Some(turnstile::pb::Schedule {
+                name: "nightly".into(),
+                queue: "cron-jobs".into(),
+                spec: Some(turnstile::pb::schedule::Spec::Cron("0 3 * * *".into())),
+                ..Default::default()
+            }),
+        })
+        .await?;
+    let page = get(addr, "/schedules", None).await;
+    assert!(page.body.contains("value=\"trigger-schedule\""));
+    let fired = act(
+        addr,
+        "X-None: 1",
+        "schedule=nightly&do=trigger-schedule&confirmed=yes",
+    )
+    .await;
+    assert!(fired.body.contains("enqueued task"), "{}", fired.body);
+    let mut cron_stats = server.queues().await;
+    let cron = cron_stats
+        .stats(StatsRequest {
+            queue: "cron-jobs".into(),
+        })
+        .await?
+        .into_inner();
+    assert_eq!(cron.ready, 1);
+    act(
+        addr,
+        "X-None: 1",
+        "schedule=nightly&do=pause-schedule&confirmed=yes",
+    )
+    .await;
+    let stored = schedules
+        .get_schedule(GetScheduleRequest {
+            name: "nightly".into(),
+        })
+        .await?
+        .into_inner();
+    assert!(stored.schedule.unwrap().paused);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn actions_need_admin_and_a_form_of_this_origin() -> TestResult {
+    use turnstile::pb::StatsRequest;
+    let (_redis, server) = shop_and_rival().await;
+    let addr = server.dashboard.expect("a dashboard");
+    let origin = format!("http://{addr}");
+    enqueue_as(&server, "shop-admin", "shop-orders").await;
+    let paused = || async {
+        let bearer: tonic::metadata::MetadataValue<_> = "Bearer shop-admin".parse().unwrap();
+        let mut request = tonic::Request::new(StatsRequest {
+            queue: "shop-orders".into(),
+        });
+        request.metadata_mut().insert("authorization", bearer);
+        server
+            .queues()
+            .await
+            .stats(request)
+            .await
+            .expect("stats")
+            .into_inner()
+            .config
+            .unwrap()
+            .paused
+    };
+    let pause = "queue=shop-orders&do=pause-queue&confirmed=yes";
+    // A read-only token sees no buttons and is refused if it posts anyway.
+    let page = get(addr, "/queue?name=shop-orders", Some("shop-reader")).await;
+    assert_eq!(page.status, 200);
+    assert!(!page.body.contains("action=\"/action\""), "{}", page.body);
+    let refused = act(addr, "Authorization: Bearer shop-reader", pause).await;
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    // Another tenant's admin pauses its own (empty) queue of that name, not shop's.
+    let other = act(addr, "Authorization: Bearer rival-admin", pause).await;
+    assert_eq!(other.status, 200, "{}", other.body);
+    assert!(!paused().await);
+    // No one signed in: nothing.
+    let nobody = act(addr, "X-None: 1", pause).await;
+    assert_eq!(nobody.status, 401);
+    // A signed-in admin's browser: a forged cross-site form is refused, with or
+    // without the browser's Sec-Fetch-Site.
+    let signed = sign_in(addr, "shop-admin", &origin).await;
+    let cookie = format!("Cookie: {}", session_cookie(&signed).expect("a session"));
+    for forged in [
+        vec![cookie.clone(), "Sec-Fetch-Site: cross-site".to_owned()],
+        vec![cookie.clone(), "Origin: http://evil.example".to_owned()],
+        vec![cookie.clone()],
+    ] {
+        let answer = send(addr, "POST", "/action", &forged, pause).await;
+        assert_eq!(answer.status, 403, "{forged:?}");
+        assert!(!paused().await, "{forged:?}");
+    }
+    let page = send(
+        addr,
+        "GET",
+        "/queue?name=shop-orders",
+        std::slice::from_ref(&cookie),
+        "",
+    )
+    .await;
+    assert!(page.body.contains("value=\"pause-queue\""));
+    let done = send(
+        addr,
+        "POST",
+        "/action",
+        &[cookie, format!("Origin: {origin}")],
+        pause,
+    )
+    .await;
+    assert_eq!(done.status, 200, "{}", done.body);
+    assert!(paused().await);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_charts_its_last_hour_from_redis_the_same_on_every_replica() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let other = TestServer::start(&redis).await;
+    enqueue(&server, "charted", &["a", "b", "c", "d", "e"], None).await;
+    let leased = server
+        .queues()
+        .await
+        .lease(LeaseRequest {
+            queue: "charted".into(),
+            max_tasks: 3,
+            visibility: ms(60_000),
+            ..Default::default()
+        })
+        .await?
+        .into_inner()
+        .tasks;
+    assert_eq!(leased.len(), 3);
+    for addr in [server.dashboard, other.dashboard] {
+        let page = get(addr.expect("a dashboard"), "/queue?name=charted", None).await;
+        assert!(
+            page.body.contains("(3 deliveries in the last hour)"),
+            "{}",
+            page.body
+        );
+        // Recorded by the minute's first call: the enqueue (5), or the lease (2) when a
+        // minute began between them.
+        assert!(
+            page.body.contains("(5 waiting at the last record)")
+                || page.body.contains("(2 waiting at the last record)"),
+            "{}",
+            page.body
+        );
+        assert_eq!(page.body.matches("<rect class=\"bar\"").count(), 1);
+    }
     Ok(())
 }

@@ -29,6 +29,7 @@
 --- @include "first_score"
 --- @include "push_row"
 --- @include "flow"
+--- @include "history"
 local receipt_prefix, budget = ARGV[1], tonumber(ARGV[2])
 
 local now = now_ms()
@@ -115,4 +116,5 @@ out[3] = first_score(inflight)
 for n, stream in ipairs(streams) do
   out[4 + n] = stream.held
 end
+record_history(now, nw / 2)
 return out

@@ -17,6 +17,7 @@
 --- @include "now_ms"
 --- @include "reclaim"
 --- @include "flow"
+--- @include "history"
 --- @include "add"
 local changed_channel, changed_message, stride = ARGV[1], ARGV[2], tonumber(ARGV[3])
 
@@ -27,4 +28,6 @@ open_flow(now)
 if reclaim(now) then
   return again()
 end
-return add(ARGV, 4, stride, now, changed_channel, changed_message)
+local out = add(ARGV, 4, stride, now, changed_channel, changed_message)
+record_history(now, 0)
+return out

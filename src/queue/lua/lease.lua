@@ -24,6 +24,7 @@
 --- @include "first_score"
 --- @include "push_row"
 --- @include "flow"
+--- @include "history"
 local max_tasks, visibility, auto_ack = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1'
 local budget, receipt_prefix = tonumber(ARGV[4]), ARGV[5]
 
@@ -67,4 +68,5 @@ if first_lease_end >= 0 and (next_due < 0 or first_lease_end < next_due) then
   next_due = first_lease_end
 end
 out[1] = next_due
+record_history(now, #ids)
 return out

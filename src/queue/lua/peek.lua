@@ -4,9 +4,12 @@
 -- caller nothing was stored, and a lost return is made again by the next script, so
 -- it does not wait for replicas (@no-replica-wait).
 -- KEYS: the queue's nine keys (include/keys.lua)
--- ARGV[1] state ('ready' | 'delayed' | 'in_flight' | 'dead'), ARGV[2] limit,
--- ARGV[3] the most payload bytes to return (always at least one task), ARGV[4] '1' when
--- ARGV[5] names a group (READY only: that group's tasks in its order)
+-- ARGV[1] state ('ready' | 'delayed' | 'in_flight' | 'dead'), or 'task' for the one
+-- task whose id is ARGV[5] in whatever state; ARGV[2] limit, ARGV[3] the most payload
+-- bytes to return (always at least one task), ARGV[4] '1' when ARGV[5] names a group
+-- (READY only: that group's tasks in its order), ARGV[6] how many tasks of the state to
+-- skip first (the dashboard's pages; by rank, so a page deep in a hundred thousand DEAD
+-- tasks costs what the first does; not with a group)
 -- Clock: Redis TIME.
 -- A run that returned a full run's worth of expired leases answers AGAIN and does
 -- nothing else (include/reclaim.lua); the store runs it again.
@@ -21,6 +24,7 @@
 --- @include "flow"
 local wanted, limit, budget = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local group = ARGV[4] == '1' and ARGV[5] or nil
+local skip = tonumber(ARGV[6]) or 0
 
 local now = now_ms()
 open_flow(now)
@@ -43,24 +47,42 @@ local function group_members()
   end
   return members
 end
+-- Members of a zset by rank, from `first` on, at most `limit` and none at `stop` or
+-- after (nil: to the end).
+local function by_rank(key, first, stop)
+  local last = first + limit - 1
+  if stop and last >= stop then
+    last = stop - 1
+  end
+  if last < first then
+    return {}
+  end
+  return redis.call('ZRANGE', key, first, last)
+end
 local members
-if wanted == 'ready' and flow.on then
+if wanted == 'task' then
+  local raw = redis.call('HGET', tasks, ARGV[5])
+  members = {}
+  if raw then
+    members[1] = member(meta_fields(raw), ARGV[5])
+  end
+elseif wanted == 'ready' and flow.on then
   if group then
     members = group_members()
   else
-    members = redis.call('ZRANGE', ranked, 0, limit - 1)
+    members = by_rank(ranked, skip)
   end
 elseif wanted == 'ready' and group and group ~= '' then
   -- Not in flow mode: no task has a group.
   members = {}
 elseif wanted == 'ready' then
-  members = redis.call('ZRANGEBYSCORE', pending, '-inf', now, 'LIMIT', 0, limit)
+  members = by_rank(pending, skip, redis.call('ZCOUNT', pending, '-inf', now))
 elseif wanted == 'delayed' then
-  members = redis.call('ZRANGEBYSCORE', pending, '(' .. now, '+inf', 'LIMIT', 0, limit)
+  members = by_rank(pending, redis.call('ZCOUNT', pending, '-inf', now) + skip)
 elseif wanted == 'in_flight' then
-  members = redis.call('ZRANGE', inflight, 0, limit - 1)
+  members = by_rank(inflight, skip)
 else
-  members = redis.call('ZRANGE', dead, 0, limit - 1)
+  members = by_rank(dead, skip)
 end
 local out = {}
 local ids, raws, bodies = within_budget(members, budget)
