@@ -250,6 +250,7 @@ async fn serve(
                     schedules: schedules.clone(),
                     auth: auth.clone(),
                     redis: redis.clone(),
+                    sampler: Default::default(),
                 },
                 shutdown,
             );

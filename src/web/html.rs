@@ -50,7 +50,28 @@ pub fn instant(ms: Option<i64>) -> String {
         .map_or_else(|| "–".to_owned(), |at| at.to_string())
 }
 
-/// A whole page: the shared head (the stylesheet; no script), a header naming the
+/// Where a page's live region starts and ends (`live.rs` cuts it out).
+const LIVE_START: &str = "<!--live-->";
+const LIVE_END: &str = "<!--/live-->";
+
+/// The region of a page that refreshes itself: `static/live.js` fetches `/live/<page>`
+/// with `query` (already URL-encoded parts) and puts the answer in its place.
+pub fn live_region(page: &str, query: &str, inner: &str) -> String {
+    format!(
+        "<div data-live=\"/live/{page}?{}\">{LIVE_START}\n{inner}{LIVE_END}</div>\n",
+        esc(query)
+    )
+}
+
+/// The live region of a rendered `main` (all of it when it has none).
+pub fn live_part(main: &str) -> &str {
+    match (main.find(LIVE_START), main.find(LIVE_END)) {
+        (Some(start), Some(end)) if start < end => &main[start + LIVE_START.len()..end],
+        _ => main,
+    }
+}
+
+/// A whole page: the shared head (the stylesheet and `live.js`, no inline script), a header naming the
 /// tenant (and a sign-out button for a signed-in person), and `main`, which the caller
 /// built with escaped values.
 pub fn page(title: &str, tenant: &str, sign_out: bool, main: &str) -> String {
@@ -72,7 +93,8 @@ pub fn page(title: &str, tenant: &str, sign_out: bool, main: &str) -> String {
         "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
          <title>{title} · turnstile</title>\n\
-         <link rel=\"stylesheet\" href=\"/static/app.css\">\n</head>\n<body>\n\
+         <link rel=\"stylesheet\" href=\"/static/app.css\">\n\
+         <script src=\"/static/live.js\" defer></script>\n</head>\n<body>\n\
          <header><a class=\"brand\" href=\"/\">turnstile</a>\
          <nav aria-label=\"pages\"><a href=\"/\">Queues</a> <a href=\"/schedules\">Schedules</a> \
          <a href=\"/locks\">Locks</a></nav>{tenant}{sign_out}</header>\n\
@@ -94,6 +116,12 @@ mod tests {
         assert_eq!(UrlPart("a b&c=d/é").to_string(), "a%20b%26c%3Dd%2F%C3%A9");
         let page = page("<t>", "<tenant>", true, "");
         assert!(page.contains("&lt;t&gt;") && page.contains("&lt;tenant&gt;"));
-        assert!(!page.contains("<script"));
+        assert_eq!(page.matches("<script").count(), 1, "only live.js");
+        let region = live_region("queue", "name=a&b", "<p>n</p>");
+        assert!(region.contains("data-live=\"/live/queue?name=a&amp;b\""));
+        assert_eq!(
+            live_part(&format!("<h1>x</h1>{region}<p>after</p>")),
+            "\n<p>n</p>"
+        );
     }
 }

@@ -14,7 +14,7 @@ use serde::Deserialize;
 
 use super::{
     actions,
-    html::{esc, instant, UrlPart},
+    html::{esc, instant, live_region, UrlPart},
     Dashboard,
 };
 use crate::{
@@ -41,13 +41,13 @@ pub(super) async fn schedules(
         .await
 }
 
-async fn render_schedules(dashboard: &Dashboard, viewer: Viewer) -> Result<String> {
+pub(super) async fn render_schedules(dashboard: &Dashboard, viewer: Viewer) -> Result<String> {
     let listed = dashboard
         .schedules
         .tenant(&viewer.tenant)
         .list(None, MAX_SCHEDULES)
         .await?;
-    let mut main = String::from("<h1>Schedules</h1>\n");
+    let mut main = String::new();
     if listed.schedules.is_empty() {
         main.push_str("<p class=\"muted\">No schedules.</p>\n");
     } else {
@@ -107,7 +107,10 @@ async fn render_schedules(dashboard: &Dashboard, viewer: Viewer) -> Result<Strin
         }
         main.push_str("</tbody>\n</table></div>\n");
     }
-    Ok(main)
+    Ok(format!(
+        "<h1>Schedules</h1>\n{}",
+        live_region("schedules", "", &main)
+    ))
 }
 
 /// `?after=…&semaphore=…`.
@@ -131,7 +134,11 @@ pub(super) async fn locks(
         .await
 }
 
-async fn render_locks(dashboard: &Dashboard, viewer: Viewer, query: &LocksQuery) -> Result<String> {
+pub(super) async fn render_locks(
+    dashboard: &Dashboard,
+    viewer: Viewer,
+    query: &LocksQuery,
+) -> Result<String> {
     let tenant = &viewer.tenant;
     let after = validate::optional_name("after", &query.after)?;
     let semaphore = validate::optional_name("semaphore", &query.semaphore)?;
@@ -140,7 +147,7 @@ async fn render_locks(dashboard: &Dashboard, viewer: Viewer, query: &LocksQuery)
         .tenant(tenant)
         .list("", Some(after).filter(|a| !a.is_empty()), LOCKS_PER_PAGE)
         .await?;
-    let mut main = String::from("<h1>Held locks</h1>\n");
+    let mut main = String::new();
     if page.locks.is_empty() {
         main.push_str("<p class=\"muted\">No lock is held.</p>\n");
     } else {
@@ -168,6 +175,10 @@ async fn render_locks(dashboard: &Dashboard, viewer: Viewer, query: &LocksQuery)
             UrlPart(next)
         );
     }
+    let mut main = format!(
+        "<h1>Held locks</h1>\n{}",
+        live_region("locks", &format!("after={}", UrlPart(after)), &main)
+    );
     let _ = write!(
         main,
         "<h2>A semaphore</h2>\n<form class=\"filter\" method=\"get\" action=\"/locks\">\n\

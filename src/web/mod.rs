@@ -1,5 +1,6 @@
 //! The web dashboard (`--dashboard-listen`): server-rendered pages over the same stores
-//! as the RPCs, under the same tenants and permissions, with no script in the page.
+//! as the RPCs, under the same tenants and permissions; one small script of our own
+//! (`static/live.js`) refreshes each page's live region (`live.rs`).
 //! It owns the HTTP side (routes, who is asking, the security headers every answer
 //! carries); the numbers come from the stores, never from Redis directly.
 //!
@@ -12,10 +13,13 @@ mod actions;
 mod chart;
 mod html;
 mod lists;
+mod live;
 mod overview;
 mod queue;
 mod session;
 mod task;
+
+pub use live::Sampler;
 
 use std::sync::Arc;
 
@@ -55,10 +59,13 @@ pub struct Dashboard {
     pub auth: Auth,
     /// Where sessions live (so that every replica knows them).
     pub redis: Redis,
+    /// The last render of each live view, shared by every open tab.
+    pub sampler: Arc<Sampler>,
 }
 
-/// The stylesheet, inside the binary.
+/// The stylesheet and the one script (`live.js`: the live regions), inside the binary.
 const STYLESHEET: &str = include_str!("static/app.css");
+const SCRIPT: &str = include_str!("static/live.js");
 
 /// Serves the dashboard on `listener` until shutdown, on the shutdown tracker.
 pub fn spawn(listener: TcpListener, dashboard: Dashboard, shutdown: &Shutdown) {
@@ -70,6 +77,8 @@ pub fn spawn(listener: TcpListener, dashboard: Dashboard, shutdown: &Shutdown) {
         .route("/schedules", get(lists::schedules))
         .route("/locks", get(lists::locks))
         .route("/static/app.css", get(stylesheet))
+        .route("/static/live.js", get(script))
+        .route("/live/{page}", get(live::live))
         .route(
             "/sign-in",
             get(session::sign_in_page).post(session::sign_in),
@@ -89,20 +98,29 @@ pub fn spawn(listener: TcpListener, dashboard: Dashboard, shutdown: &Shutdown) {
 }
 
 async fn stylesheet() -> Response {
+    asset("text/css; charset=utf-8", STYLESHEET)
+}
+
+async fn script() -> Response {
+    asset("text/javascript; charset=utf-8", SCRIPT)
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
     (
         [
-            (header::CONTENT_TYPE, "text/css; charset=utf-8"),
+            (header::CONTENT_TYPE, content_type),
             (header::CACHE_CONTROL, "public, max-age=3600"),
         ],
-        STYLESHEET,
+        body,
     )
         .into_response()
 }
 
-/// The page's policy: nothing but this origin's stylesheet (no script at all yet, no
-/// inline style, no frames, no form posted elsewhere).
-const CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self'; \
-                   form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+/// The page's policy: this origin's stylesheet and `live.js`, which may fetch only
+/// from this origin; no inline script or style, no frames, no form posted elsewhere.
+const CSP: &str = "default-src 'none'; script-src 'self'; connect-src 'self'; \
+                   style-src 'self'; img-src 'self'; form-action 'self'; \
+                   frame-ancestors 'none'; base-uri 'none'";
 
 /// Every answer: the CSP, no MIME sniffing, no referrer, no framing, and not cached
 /// unless the route said otherwise (pages carry task payloads and tenant data).

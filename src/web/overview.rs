@@ -13,7 +13,7 @@ use axum::{
 use serde::Deserialize;
 
 use super::{
-    html::{esc, UrlPart},
+    html::{esc, live_region, UrlPart},
     Dashboard,
 };
 use crate::{
@@ -64,7 +64,11 @@ pub(super) async fn overview(
         .await
 }
 
-async fn render(dashboard: &Dashboard, viewer: Viewer, query: &OverviewQuery) -> Result<String> {
+pub(super) async fn render(
+    dashboard: &Dashboard,
+    viewer: Viewer,
+    query: &OverviewQuery,
+) -> Result<String> {
     let prefix = validate::optional_name("prefix", &query.prefix)?;
     let sort = COLUMNS
         .iter()
@@ -99,7 +103,6 @@ async fn render(dashboard: &Dashboard, viewer: Viewer, query: &OverviewQuery) ->
         .await?;
     sort_queues(&mut listed, sort);
 
-    let now = now_ms();
     let total = |f: fn(&QueueSummary) -> u64| listed.iter().map(f).sum::<u64>();
     let counted = |n: usize, more: bool| {
         if more {
@@ -108,10 +111,20 @@ async fn render(dashboard: &Dashboard, viewer: Viewer, query: &OverviewQuery) ->
             n.to_string()
         }
     };
-    let mut main = String::new();
+    let mut main = String::from("<h1>Queues</h1>\n");
     let _ = write!(
         main,
-        "<h1>Queues</h1>\n<dl class=\"headline\">\n\
+        "<form class=\"filter\" method=\"get\" action=\"/\" role=\"search\">\n\
+         <label for=\"prefix\">Queues whose name starts with</label>\n\
+         <input id=\"prefix\" name=\"prefix\" value=\"{}\" autocomplete=\"off\">\n\
+         <input type=\"hidden\" name=\"sort\" value=\"{sort}\">\n\
+         <button type=\"submit\">Filter</button>\n</form>\n",
+        esc(prefix)
+    );
+    let mut region = String::new();
+    let _ = write!(
+        region,
+        "<dl class=\"headline\">\n\
          <div><dt>Ready</dt><dd>{}</dd></div>\n\
          <div><dt>In flight</dt><dd>{}</dd></div>\n\
          <div><dt>Dead</dt><dd>{}</dd></div>\n\
@@ -123,25 +136,28 @@ async fn render(dashboard: &Dashboard, viewer: Viewer, query: &OverviewQuery) ->
         counted(locks.locks.len(), locks.next_after.is_some()),
         counted(schedules.schedules.len(), schedules.next_after.is_some()),
     );
-    let _ = write!(
-        main,
-        "<form class=\"filter\" method=\"get\" action=\"/\" role=\"search\">\n\
-         <label for=\"prefix\">Queues whose name starts with</label>\n\
-         <input id=\"prefix\" name=\"prefix\" value=\"{}\" autocomplete=\"off\">\n\
-         <input type=\"hidden\" name=\"sort\" value=\"{sort}\">\n\
-         <button type=\"submit\">Filter</button>\n</form>\n",
-        esc(prefix)
-    );
     if listed.is_empty() {
-        main.push_str("<p class=\"muted\">No queues");
+        region.push_str("<p class=\"muted\">No queues");
         if !prefix.is_empty() {
-            let _ = write!(main, " whose name starts with “{}”", esc(prefix));
+            let _ = write!(region, " whose name starts with “{}”", esc(prefix));
         }
-        main.push_str(".</p>\n");
-        return Ok(main);
+        region.push_str(".</p>\n");
+    } else {
+        table(&mut region, &listed, prefix, sort, more);
     }
+    main.push_str(&live_region(
+        "overview",
+        &format!("prefix={}&sort={sort}", UrlPart(prefix)),
+        &region,
+    ));
+    Ok(main)
+}
+
+/// The table of queues.
+fn table(region: &mut String, listed: &[QueueSummary], prefix: &str, sort: &str, more: bool) {
+    let now = now_ms();
     let _ = write!(
-        main,
+        region,
         "<div class=\"table-wrap\"><table>\n<caption class=\"muted\">{} queue{}{}, sorted by {}</caption>\n<thead><tr>",
         listed.len(),
         if listed.len() == 1 { "" } else { "s" },
@@ -155,13 +171,13 @@ async fn render(dashboard: &Dashboard, viewer: Viewer, query: &OverviewQuery) ->
             ""
         };
         let _ = write!(
-            main,
+            region,
             "<th scope=\"col\"{sorted}><a href=\"/?prefix={}&amp;sort={key}\">{heading}</a></th>",
             UrlPart(prefix)
         );
     }
-    main.push_str("</tr></thead>\n<tbody>\n");
-    for queue in &listed {
+    region.push_str("</tr></thead>\n<tbody>\n");
+    for queue in listed {
         let stats = &queue.stats;
         let dead = if stats.dead > 0 {
             format!("<td class=\"dead\">{}</td>", stats.dead)
@@ -177,7 +193,7 @@ async fn render(dashboard: &Dashboard, viewer: Viewer, query: &OverviewQuery) ->
             "<td class=\"muted\">no</td>"
         };
         let _ = writeln!(
-            main,
+            region,
             "<tr><td><a href=\"/queue?name={}\">{}</a></td><td>{}</td><td>{}</td><td>{}</td>{dead}<td>{oldest}</td>{paused}<td>{}</td></tr>",
             UrlPart(&queue.queue),
             esc(&queue.queue),
@@ -187,8 +203,7 @@ async fn render(dashboard: &Dashboard, viewer: Viewer, query: &OverviewQuery) ->
             esc(&limits(&stats.config)),
         );
     }
-    main.push_str("</tbody>\n</table></div>\n");
-    Ok(main)
+    region.push_str("</tbody>\n</table></div>\n");
 }
 
 /// Sorts by the column `sort`: names ascending, counts and ages largest first.

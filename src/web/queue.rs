@@ -16,7 +16,7 @@ use serde::Deserialize;
 
 use super::{
     actions, chart,
-    html::{esc, UrlPart},
+    html::{esc, live_region, UrlPart},
     overview::{age, limits},
     Dashboard,
 };
@@ -62,7 +62,11 @@ pub(super) async fn queue(
         .await
 }
 
-async fn render(dashboard: &Dashboard, viewer: Viewer, query: &QueueQuery) -> Result<String> {
+pub(super) async fn render(
+    dashboard: &Dashboard,
+    viewer: Viewer,
+    query: &QueueQuery,
+) -> Result<String> {
     let name = validate::name("name", &query.name)?;
     let (state_key, state, state_heading) = STATES
         .iter()
@@ -86,8 +90,9 @@ async fn render(dashboard: &Dashboard, viewer: Viewer, query: &QueueQuery) -> Re
     let now = now_ms();
 
     let mut main = format!("<h1>Queue <span class=\"name\">{}</span></h1>\n", esc(name));
+    let mut region = String::new();
     let _ = write!(
-        main,
+        region,
         "<dl class=\"headline\">\n\
          <div><dt>Ready</dt><dd>{}</dd></div>\n\
          <div><dt>Delayed</dt><dd>{}</dd></div>\n\
@@ -109,7 +114,12 @@ async fn render(dashboard: &Dashboard, viewer: Viewer, query: &QueueQuery) -> Re
         },
         esc(&limits(&stats.config)),
     );
-    main.push_str(&chart::charts(&history));
+    region.push_str(&chart::charts(&history));
+    main.push_str(&live_region(
+        "queue",
+        &format!("name={}", UrlPart(name)),
+        &region,
+    ));
     if viewer.admin {
         main.push_str(&actions::queue_controls(name, &stats.config));
     }

@@ -258,13 +258,26 @@ async fn every_answer_carries_the_security_headers_and_hostile_names_are_text() 
     enqueue(&server, hostile, &["t1"], None).await;
     let page = get(addr, "/", None).await;
     assert_eq!(page.status, 200);
-    assert!(!page.body.contains("<script"), "{}", page.body);
+    // The one script is ours, from this origin; the name is text everywhere.
+    assert_eq!(
+        page.body.matches("<script").collect::<Vec<_>>(),
+        ["<script"],
+        "{}",
+        page.body
+    );
+    assert!(page
+        .body
+        .contains("<script src=\"/static/live.js\" defer></script>"));
     assert!(page
         .body
         .contains("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&quot;&amp;"));
+    let live = get(addr, "/live/overview?prefix=&sort=name", None).await;
+    assert!(!live.body.contains("<script"), "{}", live.body);
+    assert!(live.body.contains("&lt;script&gt;alert("));
     for answer in [&page, &get(addr, "/static/app.css", None).await] {
         let csp = answer.header("content-security-policy").expect("a CSP");
         assert!(csp.contains("default-src 'none'"), "{csp}");
+        assert!(csp.contains("script-src 'self'"), "{csp}");
         assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
         assert!(!csp.contains("unsafe-inline"), "{csp}");
         assert_eq!(answer.header("x-content-type-options"), Some("nosniff"));
@@ -1088,5 +1101,73 @@ async fn a_queue_charts_its_last_hour_from_redis_the_same_on_every_replica() -> 
         );
         assert_eq!(page.body.matches("<rect class=\"bar\"").count(), 1);
     }
+    Ok(())
+}
+
+/// The overview's live region as a tab refreshes it.
+async fn live_overview(addr: SocketAddr) -> Answer {
+    get(addr, "/live/overview?prefix=&sort=name", None).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_regions_follow_the_queues_and_twenty_tabs_cost_redis_what_one_does() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let addr = server.dashboard.expect("a dashboard");
+    enqueue(&server, "livequeue", &["a"], None).await;
+    // The region is the page's own: the headline and the table, nothing around them.
+    let first = live_overview(addr).await;
+    assert_eq!(first.status, 200);
+    assert_eq!(row(&first.body, "livequeue").expect("listed")[1], "1");
+    assert!(
+        first.body.starts_with("\n<dl class=\"headline\">"),
+        "{}",
+        first.body
+    );
+    assert!(!first.body.contains("<form"), "{}", first.body);
+    let page = get(addr, "/", None).await;
+    assert!(page
+        .body
+        .contains("<div data-live=\"/live/overview?prefix=&amp;sort=name\">"));
+    // A change shows within a refresh period or two.
+    enqueue(&server, "livequeue", &["b", "c"], None).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let now = live_overview(addr).await;
+        if row(&now.body, "livequeue").expect("listed")[1] == "3" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the region never changed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // Tabs refreshing ten times a second, one tab then twenty, for the same time.
+    let mut spent = Vec::new();
+    for tabs in [1, 20] {
+        let before = redis.total_commands().await;
+        let end = tokio::time::Instant::now() + std::time::Duration::from_secs(3);
+        let workers: Vec<_> = (0..tabs)
+            .map(|_| {
+                tokio::spawn(async move {
+                    while tokio::time::Instant::now() < end {
+                        assert_eq!(live_overview(addr).await.status, 200);
+                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    }
+                })
+            })
+            .collect();
+        for worker in workers {
+            worker.await?;
+        }
+        spent.push(redis.total_commands().await - before);
+    }
+    // One render per period serves every tab: twenty tabs cost what one does (the
+    // slack covers a period boundary and the server's own idle commands).
+    assert!(
+        spent[1] <= 2 * spent[0] + 20,
+        "Redis commands for 1 tab vs 20: {spent:?}"
+    );
     Ok(())
 }
