@@ -206,6 +206,8 @@ pub struct Stats {
     pub dead_letters: u64,
     /// Its flow-control config.
     pub config: super::QueueConfig,
+    /// Deliveries that started in the last five minutes (the current one included).
+    pub delivered_5m: u64,
 }
 
 /// One fire of a schedule (`lua/fire.lua`): its task, unless that fire time was handled.

@@ -141,7 +141,7 @@ pub(super) fn dispatched(reply: &[Value], streams: usize) -> Result<Dispatched> 
 /// `stats.lua`: ready, delayed, in flight, dead, oldest ready (-1), next due (-1),
 /// dead letters, then the config's five values.
 pub(super) fn stats(r: &[Value]) -> Result<Stats> {
-    if r.len() != 12 {
+    if r.len() != 13 {
         return Err(Error::Internal(format!("stats replied {} values", r.len())));
     }
     let at = |n: usize| int(r, n).map(|ms| (ms >= 0).then_some(ms));
@@ -153,7 +153,8 @@ pub(super) fn stats(r: &[Value]) -> Result<Stats> {
         oldest_ready_at_ms: at(4)?,
         next_due_at_ms: at(5)?,
         dead_letters: int(r, 6)? as u64,
-        config: QueueConfig::from_reply(&r[7..])?,
+        config: QueueConfig::from_reply(&r[7..12])?,
+        delivered_5m: int(r, 12)? as u64,
     })
 }
 

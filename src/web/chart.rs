@@ -96,8 +96,12 @@ fn line(values: &[Option<u64>]) -> String {
         .iter()
         .enumerate()
         .filter_map(|(n, value)| {
+            // A step across the minute: a minute alone is a short line, not a point.
             let (x, step) = slot(n, values.len());
-            value.map(|v| format!("{:.1},{:.1}", x + step / 2.0, y(v, top)))
+            value.map(|v| {
+                let y = y(v, top);
+                format!("{x:.1},{y:.1} {:.1},{y:.1}", x + step)
+            })
         })
         .collect();
     if !points.is_empty() {
@@ -126,7 +130,7 @@ mod tests {
         let svg = charts(&minutes);
         assert_eq!(svg.matches("<rect class=\"bar\"").count(), 6);
         let points = svg.split("points=\"").nth(1).unwrap();
-        assert_eq!(points[..points.find('"').unwrap()].split(' ').count(), 30);
+        assert_eq!(points[..points.find('"').unwrap()].split(' ').count(), 60);
         assert!(svg.contains("30 deliveries in the last hour"));
         assert!(svg.contains("59 waiting at the last record"));
         assert!(!svg.contains("NaN") && !svg.contains("inf"));

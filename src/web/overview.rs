@@ -1,5 +1,5 @@
-//! The overview page (`/`): every queue of the tenant with its depths by state, the
-//! age of its oldest READY task, paused and limits; filtered by a name prefix and
+//! The overview page (`/`): every queue of the tenant with its depths by state, its
+//! deliveries in the last five minutes, the age of its oldest READY task, paused and limits; filtered by a name prefix and
 //! sorted by any column (server-side, so it needs no script); and headline numbers:
 //! tasks in flight, READY and DEAD, locks held, schedules.
 
@@ -41,12 +41,13 @@ pub(super) struct OverviewQuery {
 }
 
 /// The columns, as `sort` names them, with their headings.
-const COLUMNS: [(&str, &str); 8] = [
+const COLUMNS: [(&str, &str); 9] = [
     ("name", "Queue"),
     ("ready", "Ready"),
     ("delayed", "Delayed"),
     ("in_flight", "In flight"),
     ("dead", "Dead"),
+    ("delivered", "Delivered, 5 min"),
     ("oldest", "Oldest ready"),
     ("paused", "Paused"),
     ("limits", "Limits"),
@@ -194,12 +195,13 @@ fn table(region: &mut String, listed: &[QueueSummary], prefix: &str, sort: &str,
         };
         let _ = writeln!(
             region,
-            "<tr><td><a href=\"/queue?name={}\">{}</a></td><td>{}</td><td>{}</td><td>{}</td>{dead}<td>{oldest}</td>{paused}<td>{}</td></tr>",
+            "<tr><td><a href=\"/queue?name={}\">{}</a></td><td>{}</td><td>{}</td><td>{}</td>{dead}<td>{}</td><td>{oldest}</td>{paused}<td>{}</td></tr>",
             UrlPart(&queue.queue),
             esc(&queue.queue),
             stats.ready,
             stats.delayed,
             stats.in_flight,
+            stats.delivered_5m,
             esc(&limits(&stats.config)),
         );
     }
@@ -215,6 +217,7 @@ fn sort_queues(queues: &mut [QueueSummary], sort: &str) {
             "delayed" => i128::from(s.delayed),
             "in_flight" => i128::from(s.in_flight),
             "dead" => i128::from(s.dead),
+            "delivered" => i128::from(s.delivered_5m),
             // The oldest first: the smallest due time.
             "oldest" => -i128::from(s.oldest_ready_at_ms.unwrap_or(i64::MAX)),
             "paused" => i128::from(s.config.paused),

@@ -157,17 +157,10 @@ async fn enqueue(server: &TestServer, queue: &str, ids: &[&str], delay_ms: Optio
 }
 
 /// Enqueues one task into `queue` through gRPC with `token`.
-async fn enqueue_as(server: &TestServer, token: &str, queue: &str) {
-    let bearer: tonic::metadata::MetadataValue<_> =
-        format!("Bearer {token}").parse().expect("ascii");
+pub(crate) async fn enqueue_as(server: &TestServer, token: &str, queue: &str) {
     let mut queues = turnstile::pb::queue_service_client::QueueServiceClient::with_interceptor(
         server.channel().await,
-        move |mut request: tonic::Request<()>| {
-            request
-                .metadata_mut()
-                .insert("authorization", bearer.clone());
-            Ok(request)
-        },
+        common::bearer(token),
     );
     queues
         .enqueue(EnqueueRequest {
@@ -216,14 +209,15 @@ async fn the_overview_lists_the_queues_with_their_depths_filtered_and_sorted() -
     assert!(page
         .header("content-type")
         .is_some_and(|t| t.starts_with("text/html")));
-    // Ready, delayed, in flight, dead; then oldest ready, paused, limits.
+    // Ready, delayed, in flight, dead, delivered in 5 min; then oldest ready, paused,
+    // limits.
     let emails = row(&page.body, "emails").expect("emails listed");
-    assert_eq!(&emails[1..5], ["2", "0", "1", "0"], "{emails:?}");
-    assert_eq!(emails[6], "no");
+    assert_eq!(&emails[1..6], ["2", "0", "1", "0", "1"], "{emails:?}");
+    assert_eq!(emails[7], "no");
     let reports = row(&page.body, "reports").expect("reports listed");
-    assert_eq!(&reports[1..5], ["0", "1", "0", "0"], "{reports:?}");
+    assert_eq!(&reports[1..6], ["0", "1", "0", "0", "0"], "{reports:?}");
     assert_eq!(
-        (reports[6].as_str(), reports[7].as_str()),
+        (reports[7].as_str(), reports[8].as_str()),
         ("paused", "5 in flight")
     );
     assert!(
@@ -292,14 +286,18 @@ async fn every_answer_carries_the_security_headers_and_hostile_names_are_text() 
     Ok(())
 }
 
-/// A server with an auth file of two tenants: `shop` with an admin and a read-only
-/// token, `rival` with an admin.
-async fn shop_and_rival() -> (TestRedis, TestServer) {
+/// A server with an auth file of two tenants: `shop` with an admin (who may also
+/// produce, consume and lock) and a read-only token, `rival` with an admin.
+pub(crate) async fn shop_and_rival() -> (TestRedis, TestServer) {
     let redis = TestRedis::start().await;
     let path = write_auth_file(
         &redis.dir.0.join("auth.toml"),
         &[
-            ("shop-admin", "shop", &["admin", "produce"]),
+            (
+                "shop-admin",
+                "shop",
+                &["admin", "produce", "consume", "lock"],
+            ),
             ("shop-reader", "shop", &["consume"]),
             ("rival-admin", "rival", &["admin", "produce"]),
         ],

@@ -8,6 +8,7 @@ mod common;
 
 mod auth;
 mod bad_input;
+mod browser;
 mod chaos;
 mod cli;
 mod cluster;

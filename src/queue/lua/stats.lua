@@ -7,7 +7,9 @@
 -- nothing else (include/reclaim.lua); the store runs it again.
 -- Returns {ready, delayed, in_flight, dead, oldest_ready_at (-1 none), next_due_at (-1 none),
 -- dead letters ever, then the config: paused (0/1), max_in_flight, group_max_in_flight,
--- rate_limit and group_rate_limit ("limit period_ms burst", '' for none)}.
+-- rate_limit and group_rate_limit ("limit period_ms burst", '' for none), then the
+-- deliveries that started in the last five minutes, this one included
+-- (include/history.lua)}.
 --- @no-replica-wait
 --- @include "keys"
 --- @include "now_ms"
@@ -47,6 +49,12 @@ if later[2] then
 end
 local dead_letters = tonumber(redis.call('HGET', counters, 'dead') or '0')
 local cfg = flow.cfg
+local minute = math.floor(now / 60000)
+local recent = 0
+for _, n in ipairs(redis.call('HMGET', history, minute, minute - 1, minute - 2, minute - 3,
+    minute - 4)) do
+  recent = recent + (tonumber(n) or 0)
+end
 return {ready, delayed, redis.call('ZCARD', inflight), redis.call('ZCARD', dead), oldest,
   next_due, dead_letters, cfg.paused == '1' and 1 or 0, number_of(cfg.max_in_flight),
-  number_of(cfg.group_max_in_flight), cfg.rate or '', cfg.group_rate or ''}
+  number_of(cfg.group_max_in_flight), cfg.rate or '', cfg.group_rate or '', recent}

@@ -86,3 +86,18 @@ pub fn write_auth_file(
     std::fs::write(path, text).expect("write auth file");
     path.to_path_buf()
 }
+
+/// An interceptor that sends `token` as the bearer token of every call (a client of
+/// a server with `--auth-file`: `XClient::with_interceptor(channel, bearer("t"))`).
+pub fn bearer(
+    token: &str,
+) -> impl FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Clone {
+    let value: tonic::metadata::MetadataValue<_> =
+        format!("Bearer {token}").parse().expect("an ASCII token");
+    move |mut request: tonic::Request<()>| {
+        request
+            .metadata_mut()
+            .insert("authorization", value.clone());
+        Ok(request)
+    }
+}

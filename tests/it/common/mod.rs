@@ -3,10 +3,11 @@
 //! `TestStore` (`store`), the real server in-process on `127.0.0.1:0` (`server`) or as
 //! a child process (`process`); and the helpers tests share: waiting on observable
 //! state (`wait`), building requests (`calls`), a ledger of what clients were told
-//! (`ledger`).
+//! (`ledger`), and a real browser for the dashboard (`browser`).
 
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod calls;
 pub mod cluster;
 pub mod ledger;
@@ -17,6 +18,7 @@ pub mod server;
 pub mod store;
 pub mod wait;
 
+pub use browser::Browser;
 pub use calls::*;
 pub use ledger::{seed_from, Ledger, Rng};
 pub use process::*;
