@@ -235,6 +235,16 @@ async fn serve(
     queues.register_metrics(&metrics);
     schedules.timer().register_metrics(&metrics);
     metrics::spawn(metrics_listener, metrics.clone(), shutdown);
+    // The dashboard takes the gRPC port's certificate and key (read again here into
+    // rustls' own config: tonic's is not reachable).
+    let dashboard_tls = match (
+        &config.tls_cert,
+        &config.tls_key,
+        &config.dashboard_listen.0,
+    ) {
+        (Some(cert), Some(key), Some(_)) => Some(web::tls::acceptor(cert, key)?),
+        _ => None,
+    };
     let dashboard_addr = match config.dashboard_listen.0 {
         Some(addr) => {
             let listener = TcpListener::bind(addr)
@@ -251,6 +261,7 @@ async fn serve(
                     auth: auth.clone(),
                     redis: redis.clone(),
                     sampler: Default::default(),
+                    tls: dashboard_tls.clone(),
                 },
                 shutdown,
             );
@@ -264,7 +275,10 @@ async fn serve(
     tracing::info!(
         %addr,
         metrics = %metrics_addr,
-        dashboard = %dashboard_addr.map_or_else(|| "off".to_owned(), |addr| format!("http://{addr}/")),
+        dashboard = %dashboard_addr.map_or_else(
+            || "off".to_owned(),
+            |addr| format!("{}://{addr}/", if dashboard_tls.is_some() { "https" } else { "http" })
+        ),
         tls = tls.is_some(),
         auth = auth.is_on(),
         "ready"

@@ -18,6 +18,7 @@ mod overview;
 mod queue;
 mod session;
 mod task;
+pub mod tls;
 
 pub use live::Sampler;
 
@@ -61,6 +62,9 @@ pub struct Dashboard {
     pub redis: Redis,
     /// The last render of each live view, shared by every open tab.
     pub sampler: Arc<Sampler>,
+    /// TLS (the gRPC port's certificate and key), if on: pages over HTTPS and the
+    /// session cookie `Secure`.
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
 /// The stylesheet and the one script (`live.js`: the live regions), inside the binary.
@@ -84,13 +88,39 @@ pub fn spawn(listener: TcpListener, dashboard: Dashboard, shutdown: &Shutdown) {
             get(session::sign_in_page).post(session::sign_in),
         )
         .route("/sign-out", post(session::sign_out))
-        .layer(middleware::from_fn(security_headers))
-        .with_state(Arc::new(dashboard));
+        .layer(middleware::from_fn(security_headers));
+    let tls = dashboard.tls.clone();
+    let router = router.with_state(Arc::new(dashboard));
     let stop = shutdown.clone();
+    // Over TLS, the listener that hands over finished handshakes; else the socket.
+    enum Bound {
+        Tls(tls::TlsListener),
+        Plain(TcpListener),
+    }
+    let bound = match tls {
+        Some(acceptor) => match tls::TlsListener::new(listener, acceptor, shutdown) {
+            Ok(tls) => Bound::Tls(tls),
+            Err(err) => {
+                tracing::error!(cause = %err, "dashboard listener failed");
+                return;
+            }
+        },
+        None => Bound::Plain(listener),
+    };
     shutdown.spawn(async move {
-        let served = axum::serve(listener, router)
-            .with_graceful_shutdown(async move { stop.cancelled().await })
-            .await;
+        let stopped = async move { stop.cancelled().await };
+        let served = match bound {
+            Bound::Tls(tls) => {
+                axum::serve(tls, router)
+                    .with_graceful_shutdown(stopped)
+                    .await
+            }
+            Bound::Plain(plain) => {
+                axum::serve(plain, router)
+                    .with_graceful_shutdown(stopped)
+                    .await
+            }
+        };
         if let Err(err) = served {
             tracing::error!(cause = %err, "dashboard server failed");
         }

@@ -120,7 +120,8 @@ pub(super) async fn sign_in(
     let mut response = see_other("/");
     set_cookie(
         &mut response,
-        &format!("{COOKIE}={id}; Path=/; HttpOnly; SameSite=Strict; Max-Age={SESSION_SECONDS}"),
+        &format!("{COOKIE}={id}; Max-Age={SESSION_SECONDS}"),
+        dashboard.tls.is_some(),
     );
     response
 }
@@ -145,7 +146,8 @@ pub(super) async fn sign_out(
     let mut response = see_other("/sign-in");
     set_cookie(
         &mut response,
-        &format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"),
+        &format!("{COOKIE}=; Max-Age=0"),
+        dashboard.tls.is_some(),
     );
     response
 }
@@ -198,8 +200,12 @@ fn see_other(to: &'static str) -> Response {
     (StatusCode::SEE_OTHER, [(header::LOCATION, to)]).into_response()
 }
 
-fn set_cookie(response: &mut Response, value: &str) {
-    if let Ok(value) = HeaderValue::from_str(value) {
+/// Sets the session cookie `pair` (with its Max-Age): never readable by a script,
+/// never sent by another site's request, and over TLS never sent without it.
+fn set_cookie(response: &mut Response, pair: &str, secure: bool) {
+    let secure = if secure { "; Secure" } else { "" };
+    let value = format!("{pair}; Path=/; HttpOnly; SameSite=Strict{secure}");
+    if let Ok(value) = HeaderValue::from_str(&value) {
         response.headers_mut().append(header::SET_COOKIE, value);
     }
 }

@@ -1035,52 +1035,6 @@ fn without_an_auth_file_serve_refuses_a_non_loopback_address_unless_told_it_is_i
     assert!(stderr.contains(" ready "), "{stderr}");
 }
 
-/// A CA made at test time, and certificates it (or a stranger CA) signed.
-struct Pki {
-    dir: TempDir,
-    ca_pem: String,
-}
-
-/// A certificate and its key, PEM.
-struct Issued {
-    cert: String,
-    key: String,
-}
-
-impl Pki {
-    fn new() -> (Self, rcgen::CertifiedIssuer<'static, rcgen::KeyPair>) {
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "turnstile test CA");
-        let key = rcgen::KeyPair::generate().expect("key");
-        let ca = rcgen::CertifiedIssuer::self_signed(params, key).expect("ca");
-        let pki = Self {
-            dir: TempDir::new("pki"),
-            ca_pem: ca.pem(),
-        };
-        (pki, ca)
-    }
-
-    fn issue(ca: &rcgen::Issuer<'_, rcgen::KeyPair>, names: &[&str]) -> Issued {
-        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-        let params = rcgen::CertificateParams::new(names).expect("params");
-        let key = rcgen::KeyPair::generate().expect("key");
-        let cert = params.signed_by(&key, ca).expect("sign");
-        Issued {
-            cert: cert.pem(),
-            key: key.serialize_pem(),
-        }
-    }
-
-    fn write(&self, file: &str, text: &str) -> PathBuf {
-        let path = self.dir.0.join(file);
-        std::fs::write(&path, text).expect("write pem");
-        path
-    }
-}
-
 fn client_tls(ca_pem: &str, identity: Option<&Issued>) -> tonic::transport::ClientTlsConfig {
     let mut tls = tonic::transport::ClientTlsConfig::new()
         .ca_certificate(tonic::transport::Certificate::from_pem(ca_pem))

@@ -1169,3 +1169,112 @@ async fn live_regions_follow_the_queues_and_twenty_tabs_cost_redis_what_one_does
     );
     Ok(())
 }
+
+/// `GET`/`POST` over TLS to the dashboard at `addr`, trusting `ca_pem`; the answer's
+/// status line and head (lower-case) and body, as text.
+async fn send_tls(addr: SocketAddr, ca_pem: &str, request: &str) -> Result<String, String> {
+    use rustls_pki_types::{pem::PemObject, CertificateDer, ServerName};
+    use tokio_rustls::{rustls, TlsConnector};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots
+            .add(cert.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+    }
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| e.to_string())?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut tls = TlsConnector::from(std::sync::Arc::new(config))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .map_err(|e| e.to_string())?;
+    tls.write_all(request.as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 8192];
+    // Until the server closes (a missing close_notify counts as the end).
+    while let Ok(n) = tls.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+        raw.extend_from_slice(&buf[..n]);
+    }
+    Ok(String::from_utf8_lossy(&raw).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_tls_the_dashboard_speaks_https_and_its_session_cookie_is_secure() -> TestResult {
+    let redis = TestRedis::start().await;
+    let (pki, ca) = common::Pki::new();
+    let issued = common::Pki::issue(&ca, &["localhost", "127.0.0.1"]);
+    let (cert, key) = (
+        pki.write("server.pem", &issued.cert),
+        pki.write("server.key", &issued.key),
+    );
+    let auth = write_auth_file(
+        &redis.dir.0.join("auth.toml"),
+        &[("shop-admin", "shop", &["admin"])],
+    );
+    let server = TestServer::start_tls(
+        &redis,
+        |config| {
+            config.tls_cert = Some(cert.clone());
+            config.tls_key = Some(key.clone());
+            config.auth_file = Some(auth.clone());
+        },
+        Some(
+            tonic::transport::ClientTlsConfig::new()
+                .ca_certificate(tonic::transport::Certificate::from_pem(&pki.ca_pem))
+                .domain_name("localhost"),
+        ),
+    )
+    .await;
+    let addr = server.dashboard.expect("a dashboard");
+    let page = send_tls(
+        addr,
+        &pki.ca_pem,
+        &format!("GET /sign-in HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"),
+    )
+    .await?;
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    assert!(page.contains("<form method=\"post\" action=\"/sign-in\""));
+    let form = "token=shop-admin";
+    let signed = send_tls(
+        addr,
+        &pki.ca_pem,
+        &format!(
+            "POST /sign-in HTTP/1.1\r\nHost: {addr}\r\nOrigin: https://{addr}\r\nConnection: close\r\n\
+             Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{form}",
+            form.len()
+        ),
+    )
+    .await?;
+    assert!(signed.starts_with("HTTP/1.1 303"), "{signed}");
+    let cookie = signed
+        .lines()
+        .find(|line| line.to_ascii_lowercase().starts_with("set-cookie:"))
+        .expect("a session cookie");
+    assert!(cookie.contains("; Secure"), "{cookie}");
+    assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"));
+    // Plain HTTP gets no page.
+    let plain = tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        let mut socket = tokio::net::TcpStream::connect(addr).await?;
+        socket
+            .write_all(format!("GET /sign-in HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes())
+            .await?;
+        let mut raw = Vec::new();
+        let _ = socket.read_to_end(&mut raw).await;
+        Ok::<_, std::io::Error>(raw)
+    })
+    .await??;
+    assert!(!String::from_utf8_lossy(&plain).contains("HTTP/1.1 200"));
+    Ok(())
+}
