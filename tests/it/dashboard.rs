@@ -1278,3 +1278,43 @@ async fn with_tls_the_dashboard_speaks_https_and_its_session_cookie_is_secure() 
     assert!(!String::from_utf8_lossy(&plain).contains("HTTP/1.1 200"));
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_route_asks_who_is_asking_and_shows_only_their_tenant() -> TestResult {
+    let (_redis, server) = shop_and_rival().await;
+    let addr = server.dashboard.expect("a dashboard");
+    enqueue_as(&server, "shop-admin", "shop-secret-queue").await;
+    let routes = [
+        "/",
+        "/queue?name=shop-secret-queue",
+        "/task?queue=shop-secret-queue&id=t",
+        "/schedules",
+        "/locks",
+        "/live/overview?prefix=&sort=name",
+        "/live/queue?name=shop-secret-queue",
+        "/live/locks?after=",
+        "/live/schedules?",
+    ];
+    for route in routes {
+        // Nobody: the sign-in form, nothing else.
+        let nobody = get(addr, route, None).await;
+        assert_eq!(nobody.status, 401, "{route}");
+        assert!(!nobody.body.contains("shop-secret"), "{route}");
+        // A read-only token of the tenant: the page, without a single action.
+        let reader = get(addr, route, Some("shop-reader")).await;
+        assert_eq!(reader.status, 200, "{route}: {}", reader.body);
+        assert!(!reader.body.contains("action=\"/action\""), "{route}");
+        // The admin of the tenant: actions where the page has them.
+        let admin = get(addr, route, Some("shop-admin")).await;
+        assert_eq!(admin.status, 200, "{route}");
+        // Another tenant's admin: its own (empty) tenant, never shop's data.
+        let rival = get(addr, route, Some("rival-admin")).await;
+        assert!(!rival.body.contains("shop-secret-queue</a>"), "{route}");
+        if route.starts_with("/task") {
+            assert_eq!(rival.status, 404, "{route}");
+        }
+    }
+    let admin = get(addr, "/queue?name=shop-secret-queue", Some("shop-admin")).await;
+    assert!(admin.body.contains("action=\"/action\""));
+    Ok(())
+}

@@ -705,6 +705,25 @@ fn bench_runs_the_fixed_length_scenarios() {
     }
 }
 
+#[test]
+fn bench_measures_the_dashboard_at_a_thousand_queues_and_a_hundred_thousand_dead_tasks() {
+    let lines = bench_json(&[], &["dashboard"], &["dashboard"]);
+    assert_fields(
+        &lines[0],
+        &[
+            "overview_ttfb_p50_ms",
+            "overview_p50_ms",
+            "dead_page_1_p50_ms",
+            "dead_page_500_p50_ms",
+            "redis_cmds_per_s_1_tab",
+            "redis_cmds_per_s_20_tabs",
+            "tabs_20_over_1",
+        ],
+    );
+    assert_eq!(lines[0]["overview_queues"], 1000, "{}", lines[0]);
+    assert_eq!(lines[0]["dead_tasks"], 100_000, "{}", lines[0]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settings_are_read_from_their_turnstile_environment_variables() -> TestResult {
     let redis = TestRedis::start().await;

@@ -4,6 +4,7 @@
 //! scenario with `--json`). Speed is judged here, never by timed assertions in tests.
 
 mod compare;
+mod dashboard;
 mod groups;
 mod idle;
 mod locks;
@@ -55,6 +56,10 @@ pub enum Scenario {
     Idle,
     /// 10,000 buyers, 100 in stock, one lock.
     Seckill,
+    /// The web dashboard: the overview of 1,000 queues and DEAD pages of 100,000 tasks
+    /// (time to first byte and whole page), Redis commands/s with 20 live tabs
+    /// against 1.
+    Dashboard,
     /// Flow control: deliveries/s with 1, 1,000 and 100,000 groups against the
     /// ungrouped rate, a quiet group's pickup behind a million READY tasks, a 1,000/s
     /// rate limit over 10 s, a paused queue's Redis commands/s.
@@ -257,6 +262,7 @@ async fn one_scenario(
             Scenario::Delayed => vec![queues::delayed(target).await?],
             Scenario::Seckill => vec![locks::seckill(target).await?],
             Scenario::Groups => vec![groups::groups(target, args.duration).await?],
+            Scenario::Dashboard => vec![dashboard::dashboard(target).await?],
             Scenario::Idle => vec![idle::idle(target).await?],
             Scenario::Schedules => vec![schedules::schedules(target).await?],
             Scenario::Scale => scale::scale(args.concurrency, args.duration).await?,

@@ -253,6 +253,16 @@ impl Report {
                 0.95,
             )],
             "pickup" => vec![Goal::at_most("p99_ms", p99, 1.0)],
+            // Twenty tabs cost Redis what one does (one render per view and period);
+            // a page deep in 100,000 DEAD tasks costs what the first one does.
+            "dashboard" => vec![
+                Goal::at_most("tabs_20_over_1", self.number("tabs_20_over_1"), 1.5),
+                Goal::at_most(
+                    "dead_page_500_over_1",
+                    self.number("dead_page_500_p50_ms") / self.number("dead_page_1_p50_ms"),
+                    2.0,
+                ),
+            ],
             "delayed" => vec![Goal::at_most("p99_ms", p99, 2.0)],
             "idle" => vec![
                 Goal::at_most(

@@ -34,6 +34,9 @@ pub struct Target {
     pub server_pids: Vec<u32>,
     /// The no-op gRPC server's address, for the transport floor.
     pub noop: String,
+    /// The first server's dashboard (`host:port`), when it serves one (a build
+    /// before the dashboard does not).
+    pub dashboard: Option<String>,
     /// Children, killed on drop.
     children: Vec<Child>,
     embedded: Option<EmbeddedRedis>,
@@ -49,6 +52,7 @@ impl Target {
             server_pid: None,
             server_pids: Vec::new(),
             noop: String::new(),
+            dashboard: None,
             children: Vec::new(),
             embedded: None,
             dir: None,
@@ -95,6 +99,7 @@ impl Target {
             server_pid: None,
             server_pids: Vec::new(),
             noop: String::new(),
+            dashboard: None,
             children: Vec::new(),
             embedded: None,
             dir: None,
@@ -108,7 +113,8 @@ impl Target {
             "--key-prefix",
             "turnstile-against",
         ];
-        let (child, addr) = spawn_exe(bin, &args).await?;
+        let (child, addr, dashboard) = spawn_exe(bin, &args).await?;
+        target.dashboard = dashboard;
         target.server_pid = child.id();
         target.server_pids.extend(child.id());
         target.servers.push(format!("http://{addr}"));
@@ -132,6 +138,7 @@ impl Target {
             server_pid: None,
             server_pids: Vec::new(),
             noop: String::new(),
+            dashboard: None,
             children: nodes,
             embedded: None,
             dir: None,
@@ -154,7 +161,8 @@ impl Target {
             "127.0.0.1:0",
         ];
         args.extend_from_slice(serve_args);
-        let (child, addr) = spawn(&args).await?;
+        let (child, addr, dashboard) = spawn(&args).await?;
+        self.dashboard = self.dashboard.take().or(dashboard);
         self.server_pid = self.server_pid.or(child.id());
         self.server_pids.extend(child.id());
         self.servers.push(format!("http://{addr}"));
@@ -164,7 +172,7 @@ impl Target {
 
     /// Starts the no-op gRPC server child (the transport floor).
     async fn add_noop(&mut self) -> Result<(), String> {
-        let (child, addr) = spawn(&["bench-noop"]).await?;
+        let (child, addr, _) = spawn(&["bench-noop"]).await?;
         self.noop = format!("http://{addr}");
         self.children.push(child);
         Ok(())
@@ -233,20 +241,22 @@ async fn channels(url: &str, count: usize) -> Result<Vec<Channel>, String> {
 
 /// Runs this binary with `args` on a free loopback port; waits for its ready line and
 /// returns the child and the address it serves on. Its stderr keeps being drained.
-async fn spawn(args: &[&str]) -> Result<(Child, String), String> {
+async fn spawn(args: &[&str]) -> Result<(Child, String, Option<String>), String> {
     let exe = std::env::current_exe().map_err(|err| format!("cannot find this binary: {err}"))?;
     spawn_exe(&exe, args).await
 }
 
-/// [`spawn`] of the binary `exe`.
-async fn spawn_exe(exe: &Path, args: &[&str]) -> Result<(Child, String), String> {
+/// [`spawn`] of the binary `exe`; also the dashboard's `host:port` when its ready line
+/// names one.
+async fn spawn_exe(exe: &Path, args: &[&str]) -> Result<(Child, String, Option<String>), String> {
     let mut child = Command::new(exe)
         .args(args)
         .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
         .env("TURNSTILE_LOG", "info")
-        // Servers started side by side must not all take the dashboard's fixed port
-        // (an older build ignores the variable).
-        .env("TURNSTILE_DASHBOARD_LISTEN", "off")
+        // Servers started side by side must not all take the dashboard's fixed port:
+        // each its own (the `dashboard` scenario uses the first one's; an older build
+        // ignores the variable).
+        .env("TURNSTILE_DASHBOARD_LISTEN", "127.0.0.1:0")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -274,5 +284,11 @@ async fn spawn_exe(exe: &Path, args: &[&str]) -> Result<(Child, String), String>
         .and_then(|rest| rest.split('"').next())
         .ok_or_else(|| format!("no addr in {ready}"))?
         .to_owned();
-    Ok((child, addr))
+    let dashboard = ready
+        .split("\"dashboard\":\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .and_then(|url| url.split("://").nth(1))
+        .map(|rest| rest.trim_end_matches('/').to_owned());
+    Ok((child, addr, dashboard))
 }
