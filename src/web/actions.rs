@@ -403,7 +403,7 @@ pub(super) fn queue_controls(queue: &str, config: &QueueConfig) -> String {
 }
 
 /// Opens the form around a table of tasks whose rows have checkboxes.
-pub(super) fn selection_form_open(queue: &str, _state: TaskState) -> String {
+pub(super) fn selection_form_open(queue: &str) -> String {
     format!(
         "<form method=\"post\" action=\"/action\" class=\"selection\">\
          <input type=\"hidden\" name=\"queue\" value=\"{}\">\n",

@@ -158,7 +158,7 @@ pub(super) async fn render(
         // (redrive for DEAD, cancel for what is not in flight) name the ones checked.
         let selectable = viewer.admin && state != TaskState::InFlight;
         if selectable {
-            main.push_str(&actions::selection_form_open(name, state));
+            main.push_str(&actions::selection_form_open(name));
         }
         let _ = write!(
             main,
