@@ -15,3 +15,26 @@ pub(super) fn call<'a>(script: &'a Script, keys: &QueueKeys) -> Invocation<'a> {
     }
     call
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::redis::Keys;
+
+    /// A script given keys after the queue's (`fire.lua`'s `fired`) finds them at
+    /// `QUEUE_KEY_COUNT + 1`: a key added to the queue's must move them, and did not
+    /// once (fire.lua wrote its records into the history hash).
+    #[test]
+    fn the_scripts_count_the_queue_keys_as_keys_rs_builds_them() {
+        let count = Keys::new("t").queue("q").all.len();
+        let lua = include_str!("lua/include/keys.lua");
+        assert!(
+            lua.contains(&format!("local QUEUE_KEY_COUNT = {count}\n")),
+            "include/keys.lua must say QUEUE_KEY_COUNT = {count}"
+        );
+        assert!(
+            lua.contains(&format!("KEYS[{count}]\n")),
+            "the last key read"
+        );
+        assert!(!lua.contains(&format!("KEYS[{}]", count + 1)));
+    }
+}

@@ -2,7 +2,7 @@
 -- fire time was already handled, in the same script that records it, so a fire time
 -- is enqueued once however many replicas fire it, crash or retry. The fires due at
 -- one instant into one queue go in one run.
--- KEYS: the queue's keys (include/keys.lua), then KEYS[17] `fired`: a hash on the
+-- KEYS: the queue's keys (include/keys.lua), then KEYS[QUEUE_KEY_COUNT + 1] `fired`: a hash on the
 --   queue's slot, schedule name -> "<handled> <enqueued> <id>": the last fire time
 --   handled (enqueued or skipped), the last one that enqueued a task (0: none yet),
 --   and that task's id.
@@ -22,7 +22,7 @@
 --- @include "reclaim"
 --- @include "flow"
 --- @include "add"
-local fired = KEYS[17]
+local fired = KEYS[QUEUE_KEY_COUNT + 1]
 local changed_channel, changed_message, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local TASKS = 4 + 3 * n
 
