@@ -31,7 +31,9 @@ impl LockStore {
         deadline: Option<Instant>,
     ) -> Result<AcquireOutcome> {
         if spec.wait.is_zero() {
-            return within(deadline, self.try_once(&spec)).await;
+            // Boxed: inline, the script call's state would sit in every waiting
+            // call's future too (a waiting Acquire's memory is this future's size).
+            return within(deadline, Box::pin(self.try_once(&spec))).await;
         }
         let store = self.clone();
         let attempt = self
@@ -91,16 +93,16 @@ impl LockStore {
         // deadline) instead of failing a call that may still win.
         let mut retry_backoff = Duration::from_millis(50);
         loop {
-            let attempt = self
-                .try_acquire(spec, &token, will_wait, &mut indexed)
-                .await;
+            // Boxed for the time of the call: inline, its state would stay in the
+            // waiting task for the whole wait (measured in `bench idle`).
+            let attempt = Box::pin(self.try_acquire(spec, &token, will_wait, &mut indexed)).await;
             let now = Instant::now();
             let wait_over = !will_wait || now >= wait_until;
             let holder = match attempt {
                 Ok(AcquireOutcome::Acquired(lease)) => {
                     let won = self.unclaimed(&spec.name, lease, |lease| &lease.token);
                     if stop.cancel.is_cancelled() || stop.deadline.is_some_and(|d| now >= d) {
-                        won.undo().await;
+                        Box::pin(won.undo()).await;
                         return Err(stop.error(self.shutdown.is_triggered()));
                     }
                     return Ok(Attempt::Won(won));

@@ -57,7 +57,7 @@ pub(super) struct Member {
     pub(super) freed: u64,
     /// Where its deliveries go. Unbounded, yet never holds more than the stream's
     /// unacked deliveries.
-    pub(super) tx: mpsc::UnboundedSender<Result<Task>>,
+    pub(super) tx: mpsc::UnboundedSender<Result<Box<Task>>>,
 }
 
 pub(super) struct Ended {
@@ -127,7 +127,7 @@ impl Feed {
             if let Some(member) = members.streams.iter_mut().find(|m| m.id == id) {
                 member.attached = true;
                 for task in tasks {
-                    let _ = member.tx.send(Ok(task));
+                    let _ = member.tx.send(Ok(Box::new(task)));
                 }
             }
         }
@@ -166,7 +166,7 @@ impl Feed {
             if let Some(member) = members.streams.iter_mut().find(|m| m.id == id) {
                 // A failed send means the stream just ended: its Ended entry gives the
                 // task back on the next pass.
-                let _ = member.tx.send(Ok(task));
+                let _ = member.tx.send(Ok(Box::new(task)));
             }
         }
         for (((id, freed), slots), held) in eligible.iter().zip(slots).zip(dispatched.held) {
