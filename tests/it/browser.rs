@@ -130,9 +130,7 @@ async fn walk() -> TestResult {
     browser.click("button[value=redrive]").await;
     browser.wait_for_text("Redrive 1 task (order-100)").await;
     browser.screenshot("06-confirm-redrive").await;
-    browser
-        .click("form[action=\"/action\"] button[type=submit]")
-        .await;
+    browser.confirm().await;
     browser.wait_for_text("1 of 1 task redriven to READY").await;
     browser
         .goto(&format!("{base}/task?queue=orders&id=order-100"))
@@ -143,17 +141,13 @@ async fn walk() -> TestResult {
     // Pause and resume the queue.
     browser.goto(&format!("{base}/queue?name=orders")).await;
     browser.click("button[value=pause-queue]").await;
-    browser
-        .click("form[action=\"/action\"] button[type=submit]")
-        .await;
+    browser.confirm().await;
     browser.wait_for_text("Queue orders is paused.").await;
     browser.click("a[href=\"/queue?name=orders\"]").await;
     browser.wait_for_text("Paused").await;
     browser.screenshot("07-paused").await;
     browser.click("button[value=resume-queue]").await;
-    browser
-        .click("form[action=\"/action\"] button[type=submit]")
-        .await;
+    browser.confirm().await;
     browser
         .wait_for_text("Queue orders is delivering again.")
         .await;
@@ -163,9 +157,7 @@ async fn walk() -> TestResult {
     browser.fill("input[name=max_in_flight]", "7").await;
     browser.click("button[value=limits]").await;
     browser.wait_for_text("7 in flight").await;
-    browser
-        .click("form[action=\"/action\"] button[type=submit]")
-        .await;
+    browser.confirm().await;
     browser.wait_for_text("limits are now: 7 in flight").await;
 
     // Trigger a schedule.
@@ -173,9 +165,7 @@ async fn walk() -> TestResult {
     browser.wait_for_text("nightly-report").await;
     browser.screenshot("08-schedules").await;
     browser.click("button[value=trigger-schedule]").await;
-    browser
-        .click("form[action=\"/action\"] button[type=submit]")
-        .await;
+    browser.confirm().await;
     browser.wait_for_text("enqueued task").await;
     browser.goto(&format!("{base}/queue?name=reports")).await;
     browser.wait_for_text("Ready\n1").await;

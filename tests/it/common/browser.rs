@@ -208,17 +208,34 @@ impl Browser {
         }
     }
 
-    /// Clicks the element `css` matches (a link or a button: the page it leads to
-    /// has loaded when this returns).
+    /// Clicks the element `css` matches. A click that submits a form may return before
+    /// the next page has loaded: wait for something only that page shows before the
+    /// next step. An element that went stale (its page was replaced between the find
+    /// and the click) is found again.
     pub async fn click(&self, css: &str) {
-        let id = self.find(css).await;
-        self.call(
-            "POST",
-            &self.at(&format!("/element/{id}/click")),
-            Some(json!({})),
-        )
-        .await
-        .unwrap_or_else(|err| panic!("click {css}: {err}"));
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let id = self.find(css).await;
+            let clicked = self
+                .call(
+                    "POST",
+                    &self.at(&format!("/element/{id}/click")),
+                    Some(json!({})),
+                )
+                .await;
+            match clicked {
+                Ok(_) => return,
+                Err(err) if err.contains("stale element") && Instant::now() < deadline => {}
+                Err(err) => panic!("click {css}: {err}"),
+            }
+        }
+    }
+
+    /// Waits for the dashboard's confirmation page (the page an action's first POST
+    /// shows) and presses its Confirm button (the only button it focuses).
+    pub async fn confirm(&self) {
+        self.wait_for_text("Confirm").await;
+        self.click("main button[autofocus]").await;
     }
 
     /// Replaces the text of the input `css` matches with `text`.
