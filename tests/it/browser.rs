@@ -10,8 +10,8 @@ use crate::common;
 use common::{bearer, ms, Browser, TestResult};
 use turnstile::pb::{
     lock_service_client::LockServiceClient, queue_service_client::QueueServiceClient, schedule,
-    schedule_service_client::ScheduleServiceClient, AcquireRequest, EnqueueRequest, LeaseRequest,
-    NackRequest, PutScheduleRequest, ReleaseRequest, Schedule, TaskSpec,
+    schedule_service_client::ScheduleServiceClient, AcquireRequest, EnqueueRequest, NackRequest,
+    PutScheduleRequest, ReleaseRequest, Schedule, TaskSpec,
 };
 
 #[test]
@@ -58,12 +58,7 @@ async fn walk() -> TestResult {
         })
         .await?;
     let leased = queues
-        .lease(LeaseRequest {
-            queue: "orders".into(),
-            max_tasks: 150,
-            visibility: ms(60_000),
-            ..Default::default()
-        })
+        .lease(common::lease_of("orders", 150))
         .await?
         .into_inner()
         .tasks;

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 
 use common::{json_field, ms, write_auth_file, LoggedServer, TestRedis, TestResult, TestServer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use turnstile::pb::{ConfigureQueueRequest, EnqueueRequest, LeaseRequest, TaskSpec};
+use turnstile::pb::{ConfigureQueueRequest, EnqueueRequest, TaskSpec};
 
 /// An HTTP answer: status, headers (lower-case names) and body.
 struct Answer {
@@ -184,12 +184,7 @@ async fn the_overview_lists_the_queues_with_their_depths_filtered_and_sorted() -
     let leased = server
         .queues()
         .await
-        .lease(LeaseRequest {
-            queue: "emails".into(),
-            max_tasks: 1,
-            visibility: ms(60_000),
-            ..Default::default()
-        })
+        .lease(common::lease_of("emails", 1))
         .await?
         .into_inner();
     assert_eq!(leased.tasks.len(), 1);
@@ -607,12 +602,7 @@ async fn a_queue_page_shows_its_tasks_by_state_its_groups_and_payloads_as_text()
     // "doomed" is first in the rotation (the ungrouped group): lease it, Nack it on
     // its only attempt.
     let leased = queues
-        .lease(LeaseRequest {
-            queue: "jobs".into(),
-            max_tasks: 1,
-            visibility: ms(60_000),
-            ..Default::default()
-        })
+        .lease(common::lease_of("jobs", 1))
         .await?
         .into_inner()
         .tasks;
@@ -873,12 +863,7 @@ async fn actions_are_confirmed_then_done_and_change_what_the_rpcs_see() -> TestR
     act(addr, "X-None: 1", "queue=work&id=c&do=cancel&confirmed=yes").await;
     for _ in 0..2 {
         let leased = queues
-            .lease(LeaseRequest {
-                queue: "work".into(),
-                max_tasks: 1,
-                visibility: ms(60_000),
-                ..Default::default()
-            })
+            .lease(common::lease_of("work", 1))
             .await?
             .into_inner()
             .tasks;
@@ -1072,12 +1057,7 @@ async fn a_queue_charts_its_last_hour_from_redis_the_same_on_every_replica() -> 
     let leased = server
         .queues()
         .await
-        .lease(LeaseRequest {
-            queue: "charted".into(),
-            max_tasks: 3,
-            visibility: ms(60_000),
-            ..Default::default()
-        })
+        .lease(common::lease_of("charted", 3))
         .await?
         .into_inner()
         .tasks;
@@ -1129,18 +1109,12 @@ async fn live_regions_follow_the_queues_and_twenty_tabs_cost_redis_what_one_does
         .contains("<div data-live=\"/live/overview?prefix=&amp;sort=name\">"));
     // A change shows within a refresh period or two.
     enqueue(&server, "livequeue", &["b", "c"], None).await;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
-        let now = live_overview(addr).await;
-        if row(&now.body, "livequeue").expect("listed")[1] == "3" {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the region never changed"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    common::eventually(
+        "the live region shows the new tasks",
+        common::WAIT,
+        || async { row(&live_overview(addr).await.body, "livequeue").expect("listed")[1] == "3" },
+    )
+    .await;
     // Tabs refreshing ten times a second, one tab then twenty, for the same time.
     let mut spent = Vec::new();
     for tabs in [1, 20] {

@@ -101,3 +101,13 @@ pub fn bearer(
         Ok(request)
     }
 }
+
+/// A Lease of up to `max_tasks` of `queue` for a minute.
+pub fn lease_of(queue: &str, max_tasks: u32) -> turnstile::pb::LeaseRequest {
+    turnstile::pb::LeaseRequest {
+        queue: queue.into(),
+        max_tasks,
+        visibility: ms(60_000),
+        ..Default::default()
+    }
+}
