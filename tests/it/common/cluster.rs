@@ -148,42 +148,38 @@ impl TestCluster {
         for port in self.ports.clone() {
             let all = &all;
             let waiting_since = std::time::Instant::now();
-            let met = std::sync::atomic::AtomicBool::new(false);
-            let met = &met;
+            let last_meet = std::sync::Mutex::new(None::<std::time::Instant>);
+            let last_meet = &last_meet;
             eventually_explained(
                 &format!("the cluster is ok on node {port}"),
-                Duration::from_secs(60),
+                Duration::from_secs(90),
                 || async move {
                     let info = cluster_cli(port, &["cluster", "info"]).unwrap_or_default();
+                    let nodes = cluster_cli(port, &["cluster", "nodes"]).unwrap_or_default();
                     // A handshake a loaded machine dropped is never tried again by
-                    // gossip (seen in a loaded CI run despite the long node timeout:
-                    // cluster_known_nodes:5 for 60 s): a node still short of the others
-                    // after 15 s is introduced to them again, once (a MEET repeated
-                    // while handshakes are under way adds handshake entries of its own:
-                    // cluster_known_nodes:9).
-                    let known = info.lines().find_map(|line| {
-                        line.trim()
-                            .strip_prefix("cluster_known_nodes:")?
-                            .parse::<usize>()
-                            .ok()
-                    });
-                    let short = known.is_some_and(|known| known < 6);
-                    if short
-                        && waiting_since.elapsed() > Duration::from_secs(15)
-                        && !met.swap(true, std::sync::atomic::Ordering::Relaxed)
-                    {
-                        for other in all.iter().filter(|other| **other != port) {
-                            let _ = cluster_cli(
-                                port,
-                                &["cluster", "meet", "127.0.0.1", &other.to_string()],
-                            );
+                    // gossip (seen in loaded CI runs despite the long node timeout:
+                    // cluster_known_nodes:5 for 60 s, even after one MEET of all the
+                    // others). While a node stays short of the others after 15 s, it is
+                    // introduced again, every 10 s, to the ports it does not know yet,
+                    // and only to those: a MEET of a node it already knows adds a
+                    // handshake entry of its own (seen: cluster_known_nodes:9).
+                    let missing = missing_ports(&nodes, all);
+                    if !missing.is_empty() && waiting_since.elapsed() > Duration::from_secs(15) {
+                        let mut last = last_meet.lock().expect("meet clock");
+                        if last.is_none_or(|at| at.elapsed() > Duration::from_secs(10)) {
+                            *last = Some(std::time::Instant::now());
+                            for other in &missing {
+                                let _ = cluster_cli(
+                                    port,
+                                    &["cluster", "meet", "127.0.0.1", &other.to_string()],
+                                );
+                            }
                         }
                     }
                     let replication =
                         cluster_cli(port, &["info", "replication"]).unwrap_or_default();
                     let synced = replication.contains("role:master")
                         || replication.contains("master_link_status:up");
-                    let nodes = cluster_cli(port, &["cluster", "nodes"]).unwrap_or_default();
                     let replicas = nodes.lines().filter(|line| line.contains("slave")).count();
                     if info.contains("cluster_state:ok")
                         && info.contains("cluster_known_nodes:6")
@@ -200,7 +196,7 @@ impl TestCluster {
                             .join(" ")
                     };
                     Err(format!(
-                        "{} replicas_seen:{replicas} {}",
+                        "{} replicas_seen:{replicas} {} missing:{missing:?}",
                         fields(&info, &["cluster_state", "cluster_known_nodes"]),
                         fields(&replication, &["role", "master_link_status"])
                     ))
@@ -456,6 +452,30 @@ fn primary_for_slot(nodes: &str, slot: u16) -> Option<u16> {
         });
         serves.then(|| node_port(fields[1]))?
     })
+}
+
+/// From `CLUSTER NODES`, the ports of `all` that the node does not know yet: neither
+/// as a member nor itself (an entry still in handshake does not count as known). None
+/// when the node did not answer.
+fn missing_ports(nodes: &str, all: &[u16]) -> Vec<u16> {
+    if nodes.trim().is_empty() {
+        return Vec::new();
+    }
+    let known: Vec<u16> = nodes
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let flags = fields.get(2)?;
+            if flags.contains("handshake") || flags.contains("noaddr") {
+                return None;
+            }
+            node_port(fields.get(1)?)
+        })
+        .collect();
+    all.iter()
+        .copied()
+        .filter(|port| !known.contains(port))
+        .collect()
 }
 
 /// The port of `ip:port@bus` (a `CLUSTER NODES` address).
