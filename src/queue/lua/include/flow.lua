@@ -301,19 +301,47 @@ end
 -- order): their in-flight counts drop, and with a group cap the groups are considered
 -- again in that order (without one, a delivery's end changes no group's place). True
 -- when a cap was set, so that the script tells the queue's dispatchers a slot is free.
+-- The groups' counts are read in one HMGET and written in one command per kind, not a
+-- few commands per group (an Ack of a batch spread over many groups is one run).
 local function deliveries_ended(ended, order)
-  local capped = false
-  local group_cap = number_of(flow.cfg.group_max_in_flight) > 0
+  local fields = {}
   for _, group in ipairs(order) do
-    count_group(group, 'f', -ended[group])
-    if group_cap then
+    fields[#fields + 1] = gfield(group, 'f')
+    fields[#fields + 1] = gfield(group, 'n')
+    fields[#fields + 1] = gfield(group, 'x')
+    fields[#fields + 1] = gfield(group, 'p')
+    fields[#fields + 1] = gfield(group, 'w')
+  end
+  local states = hmget(groups, fields)
+  local sets, dels, idle = {}, {}, {}
+  for k, group in ipairs(order) do
+    local at = (k - 1) * 5
+    local left = number_of(states[at + 1]) - ended[group]
+    if left > 0 then
+      sets[#sets + 1] = fields[at + 1]
+      sets[#sets + 1] = left
+    else
+      dels[#dels + 1] = fields[at + 1]
+      if not (states[at + 2] or states[at + 3] or states[at + 4] or states[at + 5]) then
+        idle[#idle + 1] = group
+      end
+    end
+  end
+  if #sets > 0 then
+    bulk('HSET', groups, sets)
+  end
+  if #dels > 0 then
+    bulk('HDEL', groups, dels)
+  end
+  if #idle > 0 then
+    bulk('ZREM', group_index, idle)
+  end
+  if number_of(flow.cfg.group_max_in_flight) > 0 then
+    for _, group in ipairs(order) do
       consider(group)
     end
   end
-  if number_of(flow.cfg.max_in_flight) > 0 or number_of(flow.cfg.group_max_in_flight) > 0 then
-    capped = true
-  end
-  return capped
+  return number_of(flow.cfg.max_in_flight) > 0 or number_of(flow.cfg.group_max_in_flight) > 0
 end
 
 -- Picks up to n deliverable tasks in rotation order whose payloads fit in budget bytes
