@@ -11,6 +11,8 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 
+pub mod precise;
+
 /// A `google.protobuf.Timestamp` for Unix milliseconds.
 pub fn timestamp_from_ms(ms: i64) -> prost_types::Timestamp {
     prost_types::Timestamp {
@@ -44,6 +46,15 @@ pub fn until_ms(ms: i64) -> Duration {
 pub async fn sleep_until_some(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// [`sleep_until_some`] on the precise timer (`precise.rs`): for the instants a client
+/// waits for (a due time, a lease's end, a fire time), not for back-offs.
+pub async fn precisely_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => precise::sleep_until(at).await,
         None => std::future::pending().await,
     }
 }

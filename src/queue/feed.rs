@@ -151,10 +151,16 @@ impl Feed {
         slots: &[StreamSlots],
         dispatched: Dispatched,
     ) -> Next {
-        // Counted from Redis' clock at the call, so a skewed local clock cannot make
-        // the loop spin early or sleep late.
+        // Counted from Redis' clock at the call, to the µs, so a skewed local clock
+        // cannot make the loop spin early or sleep late, and the part of a ms that had
+        // passed when the script ran does not make it late.
         let at = |ms: i64| {
-            Instant::now() + Duration::from_millis((ms - dispatched.now_ms).max(0) as u64)
+            Instant::now()
+                + Duration::from_micros(
+                    ms.saturating_mul(1000)
+                        .saturating_sub(dispatched.now_us)
+                        .max(0) as u64,
+                )
         };
         let next = Next {
             pending: dispatched.next_pending_ms.map(at),

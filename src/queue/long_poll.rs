@@ -18,7 +18,7 @@ use super::{
 use crate::{
     error::{Error, Result},
     shutdown::Unclaimed,
-    time::{sleep_until_some, until_ms},
+    time::{precisely_until_some, sleep_until_some, until_ms},
 };
 
 impl QueueStore {
@@ -89,7 +89,7 @@ impl QueueStore {
             waited = true;
             tokio::select! {
                 () = notified => {}
-                () = sleep_until_some(next) => {}
+                () = precisely_until_some(next) => {}
                 () = sleep_until_some(retry_at) => {}
                 () = tokio::time::sleep_until(until) => {}
                 () = sleep_until_some(deadline) => return Err(Error::DeadlineExceeded),

@@ -162,8 +162,8 @@ pub struct StreamSlots {
 /// What one `dispatch` script call did.
 #[derive(Clone, Debug)]
 pub struct Dispatched {
-    /// Redis' clock when it ran (Unix ms): timers count from here, not our clock.
-    pub now_ms: i64,
+    /// Redis' clock when it ran (Unix µs): timers count from here, not our clock.
+    pub now_us: i64,
     /// The earliest due time left in pending (may be <= now when slots ran out).
     pub next_pending_ms: Option<i64>,
     /// The earliest lease end.

@@ -108,7 +108,7 @@ pub(super) fn leased(reply: &[Value]) -> Result<Leased> {
     })
 }
 
-/// `dispatch.lua`: now, next pending, next lease end, the limits that held tasks back,
+/// `dispatch.lua`: now (µs), next pending, next lease end, the limits that held tasks back,
 /// each stream's held count, then per task the stream's 1-based index and its row.
 pub(super) fn dispatched(reply: &[Value], streams: usize) -> Result<Dispatched> {
     let head = 4 + streams;
@@ -127,7 +127,7 @@ pub(super) fn dispatched(reply: &[Value], streams: usize) -> Result<Dispatched> 
         tasks.push((stream - 1, task_row(&chunk[1..])?));
     }
     Ok(Dispatched {
-        now_ms: int(reply, 0)?,
+        now_us: int(reply, 0)?,
         next_pending_ms: optional_int(reply, 1)?,
         next_lease_end_ms: optional_int(reply, 2)?,
         held_back: Limit::from_script(&string(reply, 3)?)?,
@@ -191,7 +191,7 @@ mod tests {
         reply.push(Value::Int(1));
         reply.extend(row("a", "in_flight"));
         let got = dispatched(&reply, 2).unwrap();
-        assert_eq!(got.now_ms, 7);
+        assert_eq!(got.now_us, 7);
         assert_eq!(got.next_pending_ms, None);
         assert_eq!(got.next_lease_end_ms, Some(99));
         assert_eq!(got.held, vec![1, 0]);

@@ -38,7 +38,7 @@ use crate::{
     },
     shutdown::Shutdown,
     tenant::Tenant,
-    time::sleep_until_some,
+    time::precisely_until_some,
     token::new_token,
 };
 
@@ -227,7 +227,7 @@ impl Scheduler {
             tokio::select! {
                 () = &mut notified => {}
                 () = feed.wake.notified() => {}
-                () = sleep_until_some(timer) => feed.mark_free(None),
+                () = precisely_until_some(timer) => feed.mark_free(None),
                 () = self.shutdown.cancelled() => {}
             }
         }

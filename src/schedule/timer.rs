@@ -214,7 +214,7 @@ impl Timer {
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 () = self.wake.notified() => {}
-                () = crate::time::sleep_until_some(sleep) => {}
+                () = crate::time::precisely_until_some(sleep) => {}
                 Some(done) = firing.join_next(), if !firing.is_empty() => {
                     if let Ok((job, reply, trip)) = done {
                         self.finish(job, reply, trip);

@@ -12,8 +12,9 @@
 -- In flow mode (include/flow.lua) the tasks go in the rotation of groups, within the
 -- queue's and groups' pause, caps and rate limits, and next_pending is when to look
 -- again (next_start()).
--- Returns {now, next_pending, next_lease_end, held back, held_1..held_n, rows...}:
--- next_* are -1 when none; held back names the limits that held back a deliverable
+-- Returns {now_us, next_pending, next_lease_end, held back, held_1..held_n, rows...}:
+-- now_us is Redis' clock in Unix µs (the script decides by its ms); next_* are ms, -1
+-- when none; held back names the limits that held back a deliverable
 -- task (flow.lua's pick(), '' for none); held_i is stream i's deliveries after this
 -- call; then 12 per task:
 -- the stream's index (1-based), then include/push_row.lua's push_fields().
@@ -32,7 +33,7 @@
 --- @include "history"
 local receipt_prefix, budget = ARGV[1], tonumber(ARGV[2])
 
-local now = now_ms()
+local now, now_us = now_ms_us()
 open_flow(now)
 if reclaim(now) or (flow.on and promote(now)) then
   return again()
@@ -67,7 +68,7 @@ end
 -- free slot. The rows go straight into the reply after its head (filled in last).
 -- Each task is handled in locals, not a meta table: this loop is most of the
 -- script's time, and a table per task (with its garbage) cost more than its commands.
-local out = {now, -1, -1, held_back}
+local out = {now_us, -1, -1, held_back}
 for n = 1, #streams do
   out[4 + n] = 0
 end
