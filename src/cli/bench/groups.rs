@@ -177,11 +177,22 @@ async fn rate_with(
     .await
 }
 
-/// How long the worker of the pickup runs spends on each task, and how many it runs at
-/// once: it drains the backlog at about 4,000 tasks/s, as real work would, so the
-/// figure is the quiet group's wait behind the busy one, not a saturated server's.
+/// How long the worker of the pickup runs spends on a task, on average, and how many
+/// it runs at once: it drains the backlog at about 4,000 tasks/s, as real work would,
+/// so the figure is the quiet group's wait behind the busy one, not a saturated
+/// server's.
 const WORK: Duration = Duration::from_millis(2);
 const WORKER_SLOTS: u32 = 8;
+
+/// The work of the worker's n-th task: spread evenly over 0.5–1.5 × [`WORK`] (a
+/// golden-ratio sequence), as real tasks vary. With the same time for every task, the
+/// tasks that one dispatch handed out together would end together, so the worker would
+/// free its slots all at once every few milliseconds, and the quiet task's figure would
+/// be that cycle's length, not its turn in the rotation.
+fn work(n: u64) -> Duration {
+    let spread = (n as f64 * 0.618_033_988_749_895).fract();
+    WORK.mul_f64(0.5 + spread)
+}
 
 /// Pickup latency of tasks enqueued every 5 ms into the group `quiet`, pushed to a
 /// worker that also works through `backlog` READY tasks of the group `busy`.
@@ -211,6 +222,7 @@ async fn quiet_pickup(
         let (stop, queue) = (stop.clone(), queue.clone());
         tokio::spawn(async move {
             let mut latency = Latency::default();
+            let mut handed = 0u64;
             loop {
                 let event = tokio::select! {
                     event = stream.next() => event,
@@ -224,8 +236,10 @@ async fn quiet_pickup(
                     latency.record(age(epoch, &task.payload));
                 }
                 let (mut worker, queue) = (worker.clone(), queue.clone());
+                handed += 1;
+                let work = work(handed);
                 tokio::spawn(async move {
-                    tokio::time::sleep(WORK).await;
+                    tokio::time::sleep(work).await;
                     let _ = worker
                         .ack(AckRequest {
                             queue,
