@@ -95,19 +95,25 @@ impl Timers {
     }
 }
 
-/// The one timer thread, started by the first sleep.
-fn timers() -> &'static Timers {
-    static TIMERS: OnceLock<&'static Timers> = OnceLock::new();
-    TIMERS.get_or_init(|| {
+/// The one timer thread, started by the first sleep; None when it could not start
+/// (then sleeps fall back to tokio's timer, a millisecond late).
+fn timers() -> Option<&'static Timers> {
+    static TIMERS: OnceLock<Option<&'static Timers>> = OnceLock::new();
+    *TIMERS.get_or_init(|| {
         let timers: &'static Timers = Box::leak(Box::new(Timers {
             state: Mutex::default(),
             earlier: Condvar::new(),
         }));
-        std::thread::Builder::new()
+        match std::thread::Builder::new()
             .name("turnstile-timer".into())
             .spawn(|| timers.run())
-            .expect("the timer thread starts");
-        timers
+        {
+            Ok(_) => Some(timers),
+            Err(err) => {
+                tracing::warn!(cause = %err, "the timer thread did not start; timers wake on tokio's millisecond wheel");
+                None
+            }
+        }
     })
 }
 
@@ -116,7 +122,9 @@ struct Entry((Instant, u64));
 
 impl Drop for Entry {
     fn drop(&mut self) {
-        timers().lock().sleepers.remove(&self.0);
+        if let Some(timers) = timers() {
+            timers.lock().sleepers.remove(&self.0);
+        }
     }
 }
 
@@ -135,7 +143,10 @@ async fn on_the_thread(at: Instant) {
     if at <= Instant::now() {
         return;
     }
-    let timers = timers();
+    let Some(timers) = timers() else {
+        tokio::time::sleep_until(at.into()).await;
+        return;
+    };
     let (tx, rx) = oneshot::channel();
     let key = {
         let mut state = timers.lock();
@@ -165,7 +176,12 @@ mod tests {
     use super::*;
 
     fn registered(at: Instant) -> bool {
-        timers().lock().sleepers.keys().any(|(when, _)| *when == at)
+        timers()
+            .unwrap()
+            .lock()
+            .sleepers
+            .keys()
+            .any(|(when, _)| *when == at)
     }
 
     #[tokio::test]
@@ -208,7 +224,7 @@ mod tests {
         let _ = tokio::time::timeout(Duration::from_millis(1), &mut later).await;
         // Once the thread waits for the two hours...
         tokio::time::timeout(Duration::from_secs(30), async {
-            while !matches!(timers().lock().thread, Thread::Waits(Some(until)) if until == at) {
+            while !matches!(timers().unwrap().lock().thread, Thread::Waits(Some(until)) if until == at) {
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
         })
