@@ -750,6 +750,29 @@ async fn list_groups_counts_each_group_s_tasks_by_state_and_pages_by_name(
             weight: 4
         })
     );
+    // Groups whose last tasks one Ack ends leave the listing; the others stay.
+    let receipts = taken
+        .iter()
+        .filter(|t| t.group == "g23" || t.group == "g24")
+        .map(|t| t.receipt.clone())
+        .collect();
+    queues
+        .ack(AckRequest {
+            queue: "q".into(),
+            receipts,
+        })
+        .await?;
+    let left = queues
+        .list_groups(ListGroupsRequest {
+            queue: "q".into(),
+            page_size: 100,
+            page_token: String::new(),
+        })
+        .await?
+        .into_inner();
+    let names: Vec<&str> = left.groups.iter().map(|g| g.group.as_str()).collect();
+    wanted.retain(|name| name != "g23" && name != "g24");
+    assert_eq!(names, wanted);
     Ok(())
 }
 

@@ -43,12 +43,17 @@ local function gfield(group, field)
   return group .. '\0' .. field
 end
 
--- A group with no task (waiting, in flight or dead) and no config leaves the group
+-- Whether a group's fields n, f, x, p and w (its waiting, in-flight and DEAD counts, its
+-- pause and its weight) say it holds no task and no config: then it leaves the group
 -- index.
+local function holds_nothing(n, f, x, p, w)
+  return not (n or f or x or p or w)
+end
+
 local function drop_if_idle(group)
   local state = redis.call('HMGET', groups, gfield(group, 'n'), gfield(group, 'f'),
     gfield(group, 'x'), gfield(group, 'p'), gfield(group, 'w'))
-  if not (state[1] or state[2] or state[3] or state[4] or state[5]) then
+  if holds_nothing(state[1], state[2], state[3], state[4], state[5]) then
     redis.call('ZREM', group_index, group)
   end
 end
@@ -322,20 +327,15 @@ local function deliveries_ended(ended, order)
       sets[#sets + 1] = left
     else
       dels[#dels + 1] = fields[at + 1]
-      if not (states[at + 2] or states[at + 3] or states[at + 4] or states[at + 5]) then
+      if holds_nothing(states[at + 2], false, states[at + 3], states[at + 4], states[at + 5]) then
         idle[#idle + 1] = group
       end
     end
   end
-  if #sets > 0 then
-    bulk('HSET', groups, sets)
-  end
-  if #dels > 0 then
-    bulk('HDEL', groups, dels)
-  end
-  if #idle > 0 then
-    bulk('ZREM', group_index, idle)
-  end
+  -- bulk() sends nothing for an empty list.
+  bulk('HSET', groups, sets)
+  bulk('HDEL', groups, dels)
+  bulk('ZREM', group_index, idle)
   if number_of(flow.cfg.group_max_in_flight) > 0 then
     for _, group in ipairs(order) do
       consider(group)
