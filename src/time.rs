@@ -37,9 +37,20 @@ pub fn now_ms() -> i64 {
         .as_millis() as i64
 }
 
-/// How long from now until the Unix-millisecond instant `ms` (zero if it passed).
+/// How long from now until the Unix-millisecond instant `ms` (zero if it passed),
+/// counted from the local clock to the µs: counted from whole ms, a timer set by it
+/// would fire up to 1 ms late.
 pub fn until_ms(ms: i64) -> Duration {
-    Duration::from_millis((ms - now_ms()).max(0) as u64)
+    let now_us = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO)
+        .as_micros() as i64;
+    until_ms_from(ms, now_us)
+}
+
+/// How long from the Unix-µs instant `now_us` until the Unix-ms instant `ms`.
+fn until_ms_from(ms: i64, now_us: i64) -> Duration {
+    Duration::from_micros(ms.saturating_mul(1000).saturating_sub(now_us).max(0) as u64)
 }
 
 /// Sleeps until `at`, or forever when there is none (a `select!` arm that is off).
@@ -74,5 +85,21 @@ pub async fn within<T>(
             ))
         }),
         None => call.await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn until_ms_counts_the_part_of_a_ms_that_has_passed() {
+        // 0.7 ms into ms 1,000: 4.3 ms to ms 1,005, not 5.
+        assert_eq!(
+            until_ms_from(1_005, 1_000_700),
+            Duration::from_micros(4_300)
+        );
+        assert_eq!(until_ms_from(1_000, 1_000_700), Duration::ZERO);
+        assert_eq!(until_ms_from(1_001, 1_001_000), Duration::ZERO);
     }
 }

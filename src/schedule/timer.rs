@@ -39,7 +39,7 @@ use crate::{
     redis::{events::EventSink, keys::Keys, Redis},
     shutdown::Shutdown,
     tenant::Tenant,
-    time::now_ms,
+    time::{now_ms, until_ms},
 };
 
 /// Fire runs in flight at once.
@@ -202,11 +202,11 @@ impl Timer {
                 }
                 let offset = state.offset;
                 let first = state.queue.first().map(|(at, _, _)| *at);
-                first.map(|at| (at - offset - now_ms()).max(0) as u64)
+                first.map(|at| until_ms(at - offset))
             };
             let sleep = match (next, retry_load_at) {
                 _ if firing.len() >= MAX_FIRING => None,
-                (Some(ms), _) => Some(Duration::from_millis(ms)),
+                (Some(wait), _) => Some(wait),
                 (None, Some(at)) => Some(at.saturating_duration_since(tokio::time::Instant::now())),
                 (None, None) => None,
             };
