@@ -13,7 +13,7 @@ use tokio::{
     time::Instant,
 };
 
-use super::{Dispatched, QueueStore, StreamSlots, Task};
+use super::{subscribe::Delivery, Dispatched, QueueStore, StreamSlots};
 use crate::error::{Error, Result};
 
 /// One queue's streams on this replica and the loop that feeds them.
@@ -57,7 +57,7 @@ pub(super) struct Member {
     pub(super) freed: u64,
     /// Where its deliveries go. Unbounded, yet never holds more than the stream's
     /// unacked deliveries.
-    pub(super) tx: mpsc::UnboundedSender<Result<Box<Task>>>,
+    pub(super) tx: mpsc::UnboundedSender<Delivery>,
 }
 
 pub(super) struct Ended {
@@ -127,7 +127,7 @@ impl Feed {
             if let Some(member) = members.streams.iter_mut().find(|m| m.id == id) {
                 member.attached = true;
                 for task in tasks {
-                    let _ = member.tx.send(Ok(Box::new(task)));
+                    let _ = member.tx.send(Box::new(Ok(task)));
                 }
             }
         }
@@ -172,7 +172,7 @@ impl Feed {
             if let Some(member) = members.streams.iter_mut().find(|m| m.id == id) {
                 // A failed send means the stream just ended: its Ended entry gives the
                 // task back on the next pass.
-                let _ = member.tx.send(Ok(Box::new(task)));
+                let _ = member.tx.send(Box::new(Ok(task)));
             }
         }
         for (((id, freed), slots), held) in eligible.iter().zip(slots).zip(dispatched.held) {
@@ -220,7 +220,7 @@ impl Feed {
         let streams = std::mem::take(&mut members.streams);
         let mut ended = std::mem::take(&mut members.ended);
         for member in streams {
-            let _ = member.tx.send(Err(Error::ShuttingDown));
+            let _ = member.tx.send(Box::new(Err(Error::ShuttingDown)));
             ended.push(Ended {
                 tag: member.slots.tag,
                 session: member.slots.session,

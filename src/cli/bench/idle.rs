@@ -19,9 +19,12 @@ use super::{
     sample::Progress,
     target::Target,
 };
-use turnstile::pb::{
-    lock_service_client::LockServiceClient, queue_service_client::QueueServiceClient,
-    AcquireRequest, ReleaseRequest, SubscribeRequest,
+use turnstile::{
+    pb::{
+        lock_service_client::LockServiceClient, queue_service_client::QueueServiceClient,
+        AcquireRequest, ReleaseRequest, SubscribeRequest,
+    },
+    token::new_token,
 };
 
 const STREAMS: usize = 1_000;
@@ -79,10 +82,13 @@ pub async fn idle(target: &Target) -> Result<Report, String> {
         .server_channels((STREAMS + WAITERS).div_ceil(100))
         .await?;
     let stop = CancellationToken::new();
+    // A name of its own: under --against the runs share one Redis, and the lock of the
+    // run before may still be held by a waiter whose call was just dropped.
+    let name = format!("bench:idle:{}", new_token());
     let mut locks = LockServiceClient::new(channels[0].clone());
     let held = locks
         .acquire(AcquireRequest {
-            name: "bench:idle".into(),
+            name: name.clone(),
             owner: "bench-holder".into(),
             ttl: Some(prost_types::Duration {
                 seconds: 60,
@@ -94,6 +100,9 @@ pub async fn idle(target: &Target) -> Result<Report, String> {
         .await
         .map_err(failed)?
         .into_inner();
+    if !held.acquired {
+        return Err(format!("idle: the lock {name} was not free"));
+    }
     let rss_now = || target.server_pid.and_then(|pid| memory_mb(pid, "VmRSS"));
     let settle = || tokio::time::sleep(Duration::from_secs(1));
     settle().await;
@@ -109,9 +118,10 @@ pub async fn idle(target: &Target) -> Result<Report, String> {
     for i in 0..WAITERS {
         let mut locks = LockServiceClient::new(channels[(STREAMS + i) % channels.len()].clone());
         let stop = stop.clone();
+        let name = name.clone();
         tasks.spawn(async move {
             let acquire = locks.acquire(AcquireRequest {
-                name: "bench:idle".into(),
+                name,
                 owner: format!("bench-waiter-{i}"),
                 ttl: None,
                 wait: Some(prost_types::Duration {
@@ -146,7 +156,7 @@ pub async fn idle(target: &Target) -> Result<Report, String> {
     while tasks.join_next().await.is_some() {}
     locks
         .release(ReleaseRequest {
-            name: "bench:idle".into(),
+            name,
             token: held.token,
         })
         .await
