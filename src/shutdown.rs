@@ -11,6 +11,7 @@ use std::{
     future::Future,
     pin::Pin,
     sync::{Arc, OnceLock},
+    task::{Context, Poll},
     time::Duration,
 };
 
@@ -19,6 +20,32 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::Instrument;
 
 use crate::error::{Error, Result};
+
+pin_project_lite::pin_project! {
+    /// A detached call's task: runs `work` and sends its result to the caller.
+    /// Not an `async` block: one would hold `work` twice (the block's copy and the
+    /// one it awaits), and a waiting call's task is this future (measured with
+    /// `-Zprint-type-sizes`: 2,600 bytes around a waiting Acquire's 1,288).
+    struct Answering<Work, T> {
+        #[pin]
+        work: Work,
+        answer: Option<oneshot::Sender<T>>,
+    }
+}
+
+impl<Work: Future> Future for Answering<Work, Work::Output> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.project();
+        let result = std::task::ready!(this.work.poll(cx));
+        if let Some(answer) = this.answer.take() {
+            // A failed send hands the value back, and it is dropped here.
+            let _ = answer.send(result);
+        }
+        Poll::Ready(())
+    }
+}
 
 /// The server's shutdown signal and its tracked tasks. Cheap to clone.
 #[derive(Clone, Debug, Default)]
@@ -88,11 +115,10 @@ impl Shutdown {
         // Dropping the caller's future drops this guard, which cancels the work.
         let caller_gone = cancel.clone().drop_guard();
         let (tx, rx) = oneshot::channel();
-        let work = work(cancel);
         self.spawn(
-            async move {
-                // A failed send hands the value back, and it is dropped here.
-                let _ = tx.send(work.await);
+            Answering {
+                work: work(cancel),
+                answer: Some(tx),
             }
             .in_current_span(),
         );

@@ -107,51 +107,49 @@ fn span(method: Method, metadata: &tonic::metadata::MetadataMap) -> tracing::Spa
 }
 
 /// Serves one unary RPC: `handle` validates, calls the store and converts.
-pub async fn unary<Req, Resp, Fut>(
+///
+/// Not an `async fn`: one would hold `request` twice (its argument and the block's),
+/// and a waiting Acquire's memory is this future's size.
+pub fn unary<Req, Resp, Fut>(
     method: Method,
     bound: Bound,
     request: Request<Req>,
     handle: impl FnOnce(Call, Req) -> Fut,
-) -> Result<Response<Resp>, Status>
+) -> impl Future<Output = Result<Response<Resp>, Status>>
 where
     Fut: Future<Output = Result<Resp>>,
 {
     let span = span(method, request.metadata());
     async move {
         let started = Instant::now();
-        let (result, metrics) = match Call::of(&request) {
-            Ok((call, _)) => {
-                let metrics = call.metrics.clone();
-                let (deadline, retires_at) = (call.deadline, call.retires_at);
-                let work = handle(call, request.into_inner());
-                let result = match bound {
-                    Bound::Race => crate::time::within(deadline, work).await,
-                    // A waiting call on a connection that ages out ends with it, as a
-                    // stream does (dropped: what it won is given back).
-                    Bound::Own => match retires_at {
-                        Some(at) => tokio::select! {
-                            result = work => result,
-                            () = tokio::time::sleep_until(at) => Err(Error::ConnectionRetired),
-                        },
-                        None => work.await,
-                    },
-                };
-                (result, Some(metrics))
-            }
-            Err(err) => (Err(err), None),
+        let call = match Call::of(&request) {
+            Ok((call, _)) => call,
+            Err(err) => return Err(status(err)),
+        };
+        let metrics = call.metrics.clone();
+        let (deadline, retires_at) = (call.deadline, call.retires_at);
+        let work = handle(call, request.into_inner());
+        let result = match bound {
+            Bound::Race => crate::time::within(deadline, work).await,
+            // A waiting call on a connection that ages out ends with it, as a stream
+            // does (dropped: what it won is given back).
+            Bound::Own => match retires_at {
+                Some(at) => tokio::select! {
+                    result = work => result,
+                    () = tokio::time::sleep_until(at) => Err(Error::ConnectionRetired),
+                },
+                None => work.await,
+            },
         };
         let result = result.map(Response::new).map_err(status);
-        if let Some(metrics) = metrics {
-            let code = result
-                .as_ref()
-                .map_or_else(Status::code, |_| tonic::Code::Ok);
-            metrics.request(method, code as i32);
-            metrics.duration(method, started.elapsed());
-        }
+        let code = result
+            .as_ref()
+            .map_or_else(Status::code, |_| tonic::Code::Ok);
+        metrics.request(method, code as i32);
+        metrics.duration(method, started.elapsed());
         result
     }
     .instrument(span)
-    .await
 }
 
 /// Serves one server-streaming RPC: `handle` validates and starts the stream of

@@ -15,7 +15,7 @@ use super::{
 use crate::{
     error::{Error, Result},
     shutdown::Unclaimed,
-    time::{sleep_until_some, until_ms, within},
+    time::{earliest, until_ms, within},
     token::new_token,
 };
 
@@ -145,12 +145,17 @@ impl LockStore {
                     None
                 }
             };
+            // One timer for the earliest of the retry, the wait's end (then one last
+            // look: the lock may have been freed as the wait ran out) and the caller's
+            // deadline. One, not three: the waiting task's size is a waiter's memory.
+            let wake_at = earliest(wait_until, [retry_at, stop.deadline]);
             tokio::select! {
                 () = place.woken() => {}
-                () = sleep_until_some(retry_at) => {}
-                // One last look: the lock may have been freed as the wait ran out.
-                () = tokio::time::sleep_until(wait_until) => {}
-                () = sleep_until_some(stop.deadline) => return Err(Error::DeadlineExceeded),
+                () = tokio::time::sleep_until(wake_at) => {
+                    if stop.deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                        return Err(Error::DeadlineExceeded);
+                    }
+                }
                 () = stop.cancel.cancelled() => return Err(stop.error(self.shutdown.is_triggered())),
             }
         }

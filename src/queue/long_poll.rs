@@ -18,7 +18,7 @@ use super::{
 use crate::{
     error::{Error, Result},
     shutdown::Unclaimed,
-    time::{precisely_until_some, sleep_until_some, until_ms},
+    time::{earliest, precisely_until_some, until_ms},
 };
 
 impl QueueStore {
@@ -87,12 +87,17 @@ impl QueueStore {
                 }
             };
             waited = true;
+            // The back-off, the wait's end and the deadline share one timer (a waiting
+            // call's memory is its future's size); a due time has the precise one.
+            let wake_at = earliest(until, [retry_at, deadline]);
             tokio::select! {
                 () = notified => {}
                 () = precisely_until_some(next) => {}
-                () = sleep_until_some(retry_at) => {}
-                () = tokio::time::sleep_until(until) => {}
-                () = sleep_until_some(deadline) => return Err(Error::DeadlineExceeded),
+                () = tokio::time::sleep_until(wake_at) => {
+                    if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                        return Err(Error::DeadlineExceeded);
+                    }
+                }
                 () = cancel.cancelled() => return Err(Error::ShuttingDown),
             }
         }

@@ -18,7 +18,7 @@ use super::{
 use crate::{
     error::{Error, Result},
     lock::{Lease, Stop, Won},
-    time::{sleep_until_some, until_ms, within},
+    time::{earliest, until_ms, within},
     token::new_token,
 };
 
@@ -177,12 +177,16 @@ impl SemaphoreStore {
                 wake_at = wake_at.min(now + retry_backoff);
                 retry_backoff = (retry_backoff * 2).min(Duration::from_secs(1));
             }
+            // One timer, as a waiting lock's (`lock/acquire.rs`): at the wait's end one
+            // last look (permits may have come back as the wait ran out).
+            let wake_at = earliest(wake_at, [Some(wait_until), stop.deadline]);
             tokio::select! {
                 () = place.woken() => {}
-                () = tokio::time::sleep_until(wake_at) => {}
-                // One last look: permits may have come back as the wait ran out.
-                () = tokio::time::sleep_until(wait_until) => {}
-                () = sleep_until_some(stop.deadline) => return Err(Error::DeadlineExceeded),
+                () = tokio::time::sleep_until(wake_at) => {
+                    if stop.deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                        return Err(Error::DeadlineExceeded);
+                    }
+                }
                 () = stop.cancel.cancelled() => return Err(stop.error(self.shutdown.is_triggered())),
             }
         }
