@@ -51,7 +51,7 @@ pub enum Scenario {
     Pickup,
     /// 2,000 tasks due over 5 s: lateness.
     Delayed,
-    /// 1,000 idle streams and 1,000 waiting Acquires: Redis commands/s, server RSS
+    /// 5,000 idle streams and 5,000 waiting Acquires: Redis commands/s, server RSS
     /// (before seckill, whose burst leaves the server's memory at its peak).
     Idle,
     /// 10,000 buyers, 100 in stock, one lock.
