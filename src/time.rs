@@ -50,8 +50,9 @@ pub fn until_ms(ms: i64) -> Duration {
     until_ms_from(ms, now_us)
 }
 
-/// How long from the Unix-µs instant `now_us` until the Unix-ms instant `ms`.
-fn until_ms_from(ms: i64, now_us: i64) -> Duration {
+/// How long from the Unix-µs instant `now_us` until the Unix-ms instant `ms` (zero if
+/// it passed): for an instant counted from a clock read elsewhere (Redis' `TIME`).
+pub fn until_ms_from(ms: i64, now_us: i64) -> Duration {
     Duration::from_micros(ms.saturating_mul(1000).saturating_sub(now_us).max(0) as u64)
 }
 

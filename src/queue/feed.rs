@@ -14,7 +14,10 @@ use tokio::{
 };
 
 use super::{subscribe::Delivery, Dispatched, QueueStore, StreamSlots};
-use crate::error::{Error, Result};
+use crate::{
+    error::{Error, Result},
+    time::until_ms_from,
+};
 
 /// One queue's streams on this replica and the loop that feeds them.
 pub struct Feed {
@@ -154,14 +157,7 @@ impl Feed {
         // Counted from Redis' clock at the call, to the µs, so a skewed local clock
         // cannot make the loop spin early or sleep late, and the part of a ms that had
         // passed when the script ran does not make it late.
-        let at = |ms: i64| {
-            Instant::now()
-                + Duration::from_micros(
-                    ms.saturating_mul(1000)
-                        .saturating_sub(dispatched.now_us)
-                        .max(0) as u64,
-                )
-        };
+        let at = |ms: i64| Instant::now() + until_ms_from(ms, dispatched.now_us);
         let next = Next {
             pending: dispatched.next_pending_ms.map(at),
             lease_end: dispatched.next_lease_end_ms.map(at),

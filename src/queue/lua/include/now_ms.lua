@@ -1,13 +1,13 @@
 -- now_ms.lua: Redis' clock (TIME) in Unix ms: the one clock of every queue script.
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
--- The same ms, and Redis' clock in Unix µs: for a reply the server sets a timer by
--- (counted from the ms alone, a timer fires up to 1 ms late).
+-- Redis' clock in Unix ms, and in Unix µs: the µs for a reply the server sets a timer
+-- by (counted from the ms alone, a timer fires up to 1 ms late).
 local function now_ms_us()
   local t = redis.call('TIME')
   local s, us = tonumber(t[1]), tonumber(t[2])
   return s * 1000 + math.floor(us / 1000), s * 1000000 + us
+end
+
+local function now_ms()
+  local ms = now_ms_us()
+  return ms
 end
