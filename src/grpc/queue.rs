@@ -194,9 +194,8 @@ impl QueueService for QueueApi {
                     .map(|(at, spec)| new_task(at, spec))
                     .collect::<Result<Vec<_>>>()?;
                 let results = self
-                    .store
-                    .tenant(&call.tenant)
-                    .enqueue(queue, &tasks)
+                    .scheduler
+                    .enqueue(self.store.tenant(&call.tenant), queue, tasks)
                     .await?;
                 Ok(pb::EnqueueResponse {
                     results: results

@@ -249,6 +249,8 @@ struct Inner {
     durations: [Histogram; Method::ALL.len()],
     streams: [AtomicI64; 3],
     lateness: Histogram,
+    /// Subscribe deliveries leased by the Enqueue that stored them.
+    enqueue_pushes: AtomicU64,
     /// Schedule fires that enqueued a task, and their lateness.
     fires: AtomicU64,
     fire_lateness: Histogram,
@@ -280,6 +282,7 @@ impl Metrics {
             durations: std::array::from_fn(|_| Histogram::default()),
             streams: Default::default(),
             lateness: Histogram::default(),
+            enqueue_pushes: AtomicU64::new(0),
             fires: AtomicU64::new(0),
             fire_lateness: Histogram::default(),
             skipped: Default::default(),
@@ -356,6 +359,13 @@ impl Metrics {
     /// A Subscribe push went out `late` after its task's due time.
     pub fn pushed(&self, late: Duration) {
         self.0.lateness.observe(late.as_secs_f64());
+    }
+
+    /// `count` Subscribe deliveries were leased by the Enqueue that stored them.
+    pub fn pushed_in_enqueue(&self, count: usize) {
+        self.0
+            .enqueue_pushes
+            .fetch_add(count as u64, Ordering::Relaxed);
     }
 
     /// A schedule's fire enqueued its task `late` after the fire time (Redis' clock).
@@ -531,6 +541,15 @@ impl Metrics {
         );
         m.lateness
             .render(&mut out, "turnstile_delivery_lateness_seconds", "");
+        write_family(
+            &mut out,
+            (
+                "turnstile_enqueue_pushes_total",
+                Kind::Counter,
+                "Subscribe deliveries leased by the Enqueue that stored them, to this replica's idle streams (one pub/sub hop and one round trip shorter than a feed's dispatch).",
+            ),
+            [(String::new(), m.enqueue_pushes.load(Ordering::Relaxed))],
+        );
         write_family(
             &mut out,
             (

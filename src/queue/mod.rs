@@ -158,6 +158,13 @@ impl QueueStore {
         let _ = self.metrics.set(metrics.clone());
     }
 
+    /// Counts `count` deliveries that went out in the Enqueue that stored them.
+    pub(super) fn pushed_in_enqueue(&self, count: usize) {
+        if let (Some(metrics), 1..) = (self.metrics.get(), count) {
+            metrics.pushed_in_enqueue(count);
+        }
+    }
+
     /// Counts the limits that held back a deliverable task of `queue`.
     pub(super) fn held_back(&self, queue: &str, limits: &[Limit]) {
         if let Some(metrics) = self.metrics.get() {

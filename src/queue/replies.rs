@@ -98,6 +98,33 @@ pub(super) fn enqueued(tasks: &[NewTask], reply: &[i64]) -> Result<Vec<Enqueued>
         .collect())
 }
 
+/// `enqueue_and_dispatch.lua`: enqueue.lua's reply, then dispatch.lua's (left out
+/// when the run left the leasing to the feeds).
+pub(super) fn enqueued_and_dispatched(reply: &[Value]) -> Result<(Vec<i64>, Option<&[Value]>)> {
+    let part = |at: usize| match reply.get(at) {
+        Some(Value::Array(values)) => Some(values.as_slice()),
+        _ => None,
+    };
+    let (Some(enqueued), 1..=2) = (part(0), reply.len()) else {
+        return Err(Error::Internal(format!(
+            "enqueue_and_dispatch replied {} values",
+            reply.len()
+        )));
+    };
+    let enqueued = enqueued
+        .iter()
+        .enumerate()
+        .map(|(at, _)| int(enqueued, at))
+        .collect::<Result<Vec<i64>>>()?;
+    let dispatched = match reply.len() {
+        2 => Some(part(1).ok_or_else(|| {
+            Error::Internal("enqueue_and_dispatch's dispatch is not a list".into())
+        })?),
+        _ => None,
+    };
+    Ok((enqueued, dispatched))
+}
+
 /// `lease.lua`: the next due instant (-1: none), the limits that held tasks back,
 /// then task rows.
 pub(super) fn leased(reply: &[Value]) -> Result<Leased> {

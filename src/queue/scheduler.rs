@@ -27,7 +27,7 @@ use tracing::Instrument;
 use super::{
     feed::{locked, Ended, Feed, Member, Members, Next},
     subscribe::{LeaveOnDrop, SubscribeSpec, Subscription},
-    QueueStore, StreamSlots,
+    Enqueued, NewTask, QueueStore, Schedule, StreamSlots,
 };
 use crate::{
     error::{Error, Result},
@@ -149,6 +149,60 @@ impl Scheduler {
         Ok(Subscription::new(rx, leave, permit))
     }
 
+    /// Enqueues `tasks` into `store`'s `queue`. When some are due now and this
+    /// replica's feed for the queue has been asleep for [`super::feed::QUIET`] with
+    /// streams that may have a free slot, the same script run leases them to those
+    /// streams (`enqueue_and_dispatch.lua`): the push skips the pub/sub hop and the
+    /// dispatch's round trip. Any other enqueue is left to the feeds, which its
+    /// queue-changed message wakes, so a busy queue's pass still leases many enqueues'
+    /// tasks at once. The run and the hand-over to the streams go on without the
+    /// caller, so a caller who leaves strands no delivery until its lease ends.
+    pub async fn enqueue(
+        &self,
+        store: QueueStore,
+        queue: &str,
+        tasks: Vec<NewTask>,
+    ) -> Result<Vec<Enqueued>> {
+        let due_now = tasks.iter().any(|t| match t.schedule {
+            Schedule::Now => true,
+            Schedule::Delay(delay) => delay.is_zero(),
+            Schedule::At(_) => false,
+        });
+        let keys = store.keys(queue);
+        let feed = due_now
+            .then(|| locked(&self.registry).feeds.get(keys.pending()).cloned())
+            .flatten();
+        let Some((feed, (eligible, slots))) =
+            feed.and_then(|feed| feed.idle_streams().map(|asked| (feed, asked)))
+        else {
+            return store.enqueue_keyed(queue, &keys, &tasks).await;
+        };
+        let queue = queue.to_owned();
+        self.shutdown
+            .detached(move |_| async move {
+                let (enqueued, dispatched) = store
+                    .enqueue_and_dispatch(&queue, &keys, &tasks, &slots)
+                    .await?;
+                if let Some(dispatched) = dispatched {
+                    store.held_back(&queue, &dispatched.held_back);
+                    store.pushed_in_enqueue(dispatched.tasks.len());
+                    let (next, orphans) = feed.deliver(&eligible, &slots, dispatched);
+                    feed.lease_ends_at(next.lease_end);
+                    // Their stream left, and its detach may have run before this
+                    // script: nobody else gives them back before their lease ends. The
+                    // tasks are stored either way, so a failure here is not the
+                    // enqueue's: they come back when their leases end.
+                    if !orphans.is_empty() {
+                        if let Err(err) = store.give_back(&queue, &orphans).await {
+                            tracing::warn!(cause = %err, count = orphans.len(), "could not give back deliveries of a stream that left; they return when their leases end");
+                        }
+                    }
+                }
+                Ok(enqueued)
+            })
+            .await
+    }
+
     fn start_feed(self: &Arc<Self>, store: QueueStore, key: &str, queue: &str) -> Arc<Feed> {
         let feed = Arc::new(Feed {
             queue: queue.to_owned(),
@@ -158,6 +212,8 @@ impl Scheduler {
             wake: Notify::new(),
             members: Mutex::default(),
             reattach_grace: self.reattach_grace,
+            lease_end_hint: Mutex::default(),
+            rearm: Notify::new(),
         });
         let span = tracing::debug_span!("feed", queue);
         self.shutdown
@@ -224,12 +280,22 @@ impl Scheduler {
                     Some(at)
                 }
             };
-            tokio::select! {
-                () = &mut notified => {}
-                () = feed.wake.notified() => {}
-                () = precisely_until_some(timer) => feed.mark_free(None),
-                () = self.shutdown.cancelled() => {}
+            let mut timer = feed.rearmed(timer);
+            feed.members().asleep_since = Some(Instant::now());
+            loop {
+                tokio::select! {
+                    () = &mut notified => {}
+                    () = feed.wake.notified() => {}
+                    () = precisely_until_some(timer) => feed.mark_free(None),
+                    () = self.shutdown.cancelled() => {}
+                    () = feed.rearm.notified() => {
+                        timer = feed.rearmed(timer);
+                        continue;
+                    }
+                }
+                break;
             }
+            feed.members().asleep_since = None;
         }
         self.close(&feed).await;
     }

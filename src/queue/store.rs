@@ -17,7 +17,14 @@ use super::{
 
 /// The most DEAD tasks one `redrive.lua` run moves (about 2 ms of Redis time).
 pub const REDRIVE_PER_RUN: usize = 200;
-use crate::{error::Result, redis::keys::Event, token::new_token};
+use crate::{
+    error::Result,
+    redis::{
+        keys::{Event, QueueKeys},
+        Invocation,
+    },
+    token::new_token,
+};
 
 impl QueueStore {
     /// Runs a script that returns expired leases first. A run that met a full run's
@@ -39,37 +46,60 @@ impl QueueStore {
 
     /// Adds a batch atomically; one result per task, in order.
     pub async fn enqueue(&self, queue: &str, tasks: &[NewTask]) -> Result<Vec<Enqueued>> {
+        self.enqueue_keyed(queue, &self.keys(queue), tasks).await
+    }
+
+    /// [`QueueStore::enqueue`] with the queue's keys already built.
+    pub(super) async fn enqueue_keyed(
+        &self,
+        queue: &str,
+        keys: &QueueKeys,
+        tasks: &[NewTask],
+    ) -> Result<Vec<Enqueued>> {
         self.name_queue(queue).await?;
-        let keys = self.keys(queue);
-        let mut call = call(&self.scripts.enqueue, &keys);
+        let mut call = call(&self.scripts.enqueue, keys);
+        self.enqueue_head(&mut call, keys, tasks);
+        task_args(&mut call, tasks);
+        let reply: Vec<i64> = self.invoke_reclaiming(&call).await?;
+        replies::enqueued(tasks, &reply)
+    }
+
+    /// [`QueueStore::enqueue`], then [`QueueStore::dispatch`] to `streams`, in one
+    /// script run (`lua/enqueue_and_dispatch.lua`): the dispatch is None when it was
+    /// left to the feeds (promotion had more to do than one run).
+    pub(super) async fn enqueue_and_dispatch(
+        &self,
+        queue: &str,
+        keys: &QueueKeys,
+        tasks: &[NewTask],
+        streams: &[StreamSlots],
+    ) -> Result<(Vec<Enqueued>, Option<Dispatched>)> {
+        self.name_queue(queue).await?;
+        let mut call = call(&self.scripts.enqueue_and_dispatch, keys);
+        self.enqueue_head(&mut call, keys, tasks);
+        call.arg(new_token())
+            .arg(REPLY_BUDGET_BYTES)
+            .arg(streams.len());
+        stream_args(&mut call, streams);
+        task_args(&mut call, tasks);
+        let reply: Vec<redis::Value> = self.invoke_reclaiming(&call).await?;
+        let (enqueued, dispatched) = replies::enqueued_and_dispatched(&reply)?;
+        Ok((
+            replies::enqueued(tasks, &enqueued)?,
+            dispatched
+                .map(|d| replies::dispatched(d, streams.len()))
+                .transpose()?,
+        ))
+    }
+
+    /// The arguments enqueue.lua and enqueue_and_dispatch.lua open with: the
+    /// queue-changed channel and message, the values per task.
+    fn enqueue_head(&self, call: &mut Invocation<'_>, keys: &QueueKeys, tasks: &[NewTask]) {
         // Tasks without a group or a priority leave those two out (7 values each).
         let flow = tasks.iter().any(|t| !t.group.is_empty() || t.priority != 0);
         call.arg(self.redis.keys.channel(Event::QueueChanged))
             .arg(keys.pending())
             .arg(if flow { 9 } else { 7 });
-        for task in tasks {
-            let (kind, value) = match task.schedule {
-                Schedule::Now => ("n", 0),
-                Schedule::Delay(delay) => ("d", delay.as_millis() as i64),
-                Schedule::At(ms) => ("a", ms),
-            };
-            call.arg(&task.id)
-                .arg(task.payload.as_ref())
-                .arg(kind)
-                .arg(value)
-                .arg(match (task.fresh_id, task.replace) {
-                    (true, _) => "u",
-                    (false, true) => "r",
-                    (false, false) => "k",
-                })
-                .arg(task.max_attempts)
-                .arg(task.dedupe_window.as_millis() as u64);
-            if flow {
-                call.arg(task.priority).arg(&task.group);
-            }
-        }
-        let reply: Vec<i64> = self.invoke_reclaiming(&call).await?;
-        replies::enqueued(tasks, &reply)
     }
 
     /// Fires of schedules into `queue`, in one script that stores each task and records
@@ -139,12 +169,7 @@ impl QueueStore {
         let keys = self.keys(queue);
         let mut call = call(&self.scripts.dispatch, &keys);
         call.arg(new_token()).arg(REPLY_BUDGET_BYTES);
-        for stream in streams {
-            call.arg(&stream.tag)
-                .arg(&stream.session)
-                .arg(stream.max_in_flight)
-                .arg(stream.visibility.as_millis() as u64);
-        }
+        stream_args(&mut call, streams);
         let reply: Vec<redis::Value> = self.invoke_reclaiming(&call).await?;
         replies::dispatched(&reply, streams.len())
     }
@@ -341,5 +366,42 @@ impl QueueStore {
             .invoke_reclaiming(&call(&self.scripts.stats, &keys))
             .await?;
         replies::stats(&reply)
+    }
+}
+
+/// A batch's tasks as enqueue.lua takes them: 7 values each, 9 when some task has a
+/// group or a priority (the count `enqueue_head` gave).
+fn task_args(call: &mut Invocation<'_>, tasks: &[NewTask]) {
+    let flow = tasks.iter().any(|t| !t.group.is_empty() || t.priority != 0);
+    for task in tasks {
+        let (kind, value) = match task.schedule {
+            Schedule::Now => ("n", 0),
+            Schedule::Delay(delay) => ("d", delay.as_millis() as i64),
+            Schedule::At(ms) => ("a", ms),
+        };
+        call.arg(&task.id)
+            .arg(task.payload.as_ref())
+            .arg(kind)
+            .arg(value)
+            .arg(match (task.fresh_id, task.replace) {
+                (true, _) => "u",
+                (false, true) => "r",
+                (false, false) => "k",
+            })
+            .arg(task.max_attempts)
+            .arg(task.dedupe_window.as_millis() as u64);
+        if flow {
+            call.arg(task.priority).arg(&task.group);
+        }
+    }
+}
+
+/// Streams as dispatch.lua takes them: tag, session, max_in_flight, visibility ms.
+fn stream_args(call: &mut Invocation<'_>, streams: &[StreamSlots]) {
+    for stream in streams {
+        call.arg(&stream.tag)
+            .arg(&stream.session)
+            .arg(stream.max_in_flight)
+            .arg(stream.visibility.as_millis() as u64);
     }
 }

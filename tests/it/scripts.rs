@@ -49,7 +49,7 @@ fn every_script_carries_only_the_helpers_it_names_and_no_bare_keys() {
         .chain(schedules.all())
         .chain(semaphores.all())
         .collect();
-    assert_eq!(all.len(), 31);
+    assert_eq!(all.len(), 32);
     for script in &all {
         let source = script.source;
         // Read only exactly when it says so on its first line, which Redis enforces.
@@ -435,5 +435,57 @@ async fn ended_dedupe_windows_go_a_bounded_run_at_a_time_and_hold_nothing_meanwh
         .zscore::<_, _, Option<f64>>(reserved, "ended-4999")
         .await?
         .is_some());
+    Ok(())
+}
+
+/// `cmdstat_publish` calls so far (commands a script runs are counted too).
+async fn publishes(conn: &mut redis::aio::MultiplexedConnection) -> redis::RedisResult<u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await?;
+    Ok(info
+        .lines()
+        .find_map(|line| line.strip_prefix("cmdstat_publish:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|calls| calls.parse().ok())
+        .unwrap_or(0))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_enqueue_that_leases_every_task_it_stored_wakes_nobody_and_one_that_leaves_one_does(
+) -> TestResult {
+    let redis = TestRedis::start().await;
+    let mut conn = redis.conn().await;
+    let queues = QueueScripts::new();
+    let keys = Keys::new("t").queue("q").all.to_vec();
+    let script = queue_script(&queues, "enqueue_and_dispatch.lua");
+    // One stream with one slot; then the tasks.
+    let head = [
+        "ch", "msg", "7", "p", "4194304", "1", "s:a", "x", "1", "60000",
+    ];
+    let task = |id: &'static str| [id, "body", "n", "0", "k", "25", "0"];
+    let before = publishes(&mut conn).await?;
+    let args: Vec<&str> = head.into_iter().chain(task("a")).collect();
+    let reply: Vec<redis::Value> = eval(&mut conn, script, &keys, &args).await?;
+    let [redis::Value::Array(enqueued), redis::Value::Array(dispatched)] = &reply[..] else {
+        panic!("{reply:?}");
+    };
+    assert_eq!(enqueued[..2], [1, 0].map(redis::Value::Int));
+    // now, next pending (none), next lease end, held back, the stream's deliveries, then
+    // one row: the stream's index and the task.
+    assert_eq!(dispatched[1], redis::Value::Int(-1));
+    assert_eq!(dispatched[4], redis::Value::Int(1));
+    assert_eq!(dispatched[5], redis::Value::Int(1));
+    assert_eq!(dispatched[6], redis::Value::BulkString(b"a".to_vec()));
+    assert_eq!(publishes(&mut conn).await?, before, "leased all it stored");
+    // The slot is taken: "b" waits, and the run says so.
+    let args: Vec<&str> = head.into_iter().chain(task("b")).collect();
+    let reply: Vec<redis::Value> = eval(&mut conn, script, &keys, &args).await?;
+    let [_, redis::Value::Array(dispatched)] = &reply[..] else {
+        panic!("{reply:?}");
+    };
+    assert_eq!(dispatched.len(), 5, "no row: {dispatched:?}");
+    assert_eq!(publishes(&mut conn).await?, before + 1, "b waits");
     Ok(())
 }

@@ -279,6 +279,70 @@ async fn an_enqueued_task_and_a_delayed_one_reach_an_idle_subscriber_promptly(
     Ok(())
 }
 
+/// The deliveries this replica's Enqueue calls leased to its idle streams themselves.
+const ENQUEUE_PUSHES: &str = "turnstile_enqueue_pushes_total";
+/// Longer than a feed must sleep before an Enqueue leases to its streams (1 ms).
+const QUIET_ENOUGH: Duration = Duration::from_millis(5);
+
+on_each_store!(an_enqueue_hands_its_tasks_to_an_idle_stream_in_its_own_script_run);
+/// A feed asleep with free slots: the Enqueue's script leases the task to the stream
+/// (no pub/sub hop, no second script), and each task still reaches exactly one push.
+async fn an_enqueue_hands_its_tasks_to_an_idle_stream_in_its_own_script_run(
+    redis: TestStore,
+) -> TestResult {
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    let mut stream = subscribe(&mut queues, subscribe_request("q", 10, 30_000)).await?;
+    for n in 0..20 {
+        // The feed must have slept for a while (1 ms): a busy queue's is left to batch.
+        tokio::time::sleep(QUIET_ENOUGH).await;
+        enqueue(&mut queues, "q", vec![task(&format!("t{n}"))]).await?;
+        let pushed = next_tasks(&mut stream, 1).await.remove(0);
+        assert_eq!(pushed.id, format!("t{n}"));
+        assert_eq!(ack(&mut queues, "q", &[&pushed.receipt]).await?, [true]);
+    }
+    // An Enqueue may still meet the pass an Ack's wake-up began; most find the feed
+    // asleep.
+    let inline = server.metric(ENQUEUE_PUSHES).await;
+    assert!(inline >= 10.0, "{inline} of 20 pushes went in the enqueue");
+    assert!(next_task(&mut stream, Duration::from_millis(200))
+        .await
+        .is_none());
+    assert_eq!(stats(&mut queues, "q").await?, (0, 0, 0, 0));
+    Ok(())
+}
+
+on_each_store!(a_task_an_enqueue_leased_to_a_stream_comes_back_when_its_lease_ends);
+/// Such an Enqueue publishes nothing (it leased all it stored), so no pass learns the
+/// lease it made: the feed's timer must still wake at its end and hand the task out
+/// again.
+async fn a_task_an_enqueue_leased_to_a_stream_comes_back_when_its_lease_ends(
+    redis: TestStore,
+) -> TestResult {
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    // A fresh queue and stream until the first Enqueue finds the feed asleep after its
+    // first pass (it usually does at the first try).
+    for attempt in 0..20 {
+        let queue = format!("q{attempt}");
+        let mut stream = subscribe(&mut queues, subscribe_request(&queue, 1, 300)).await?;
+        let before = server.metric(ENQUEUE_PUSHES).await;
+        tokio::time::sleep(QUIET_ENOUGH).await;
+        enqueue(&mut queues, &queue, vec![task("slow")]).await?;
+        let first = next_tasks(&mut stream, 1).await.remove(0);
+        if server.metric(ENQUEUE_PUSHES).await == before {
+            continue;
+        }
+        let again = next_task(&mut stream, Duration::from_secs(3))
+            .await
+            .expect("redelivered after the lease ended");
+        assert_eq!((again.id.as_str(), again.attempt), ("slow", 2));
+        assert!(unix_ms(&again.lease_expires_at) - unix_ms(&first.lease_expires_at) >= 300);
+        return Ok(());
+    }
+    panic!("no Enqueue found its feed asleep in 20 tries");
+}
+
 on_each_store!(idle_subscribers_are_served_in_turn);
 async fn idle_subscribers_are_served_in_turn(redis: TestStore) -> TestResult {
     let server = TestServer::start(&redis).await;

@@ -2,7 +2,8 @@
 -- enqueue.lua, shared with fire.lua (a schedule's fire is one enqueue).
 -- `args` holds the tasks from `first` on, `stride` values each (enqueue.lua's header
 -- says what they are); `now` is Redis TIME in ms, already run through open_flow and
--- reclaim. Publishes queue-changed (`channel`, `message`) when a task was stored.
+-- reclaim. Publishes queue-changed (`channel`, `message`) when a task was stored,
+-- unless `channel` is nil (the caller publishes).
 -- Returns 3 values per task: created (0/1), replaced (0/1), due (Unix ms; 0 if none).
 --- @include "keys"
 --- @include "meta"
@@ -117,7 +118,9 @@ local function add(args, first, stride, now, channel, message)
       count_group(group, 'n', count)
     end
     r.place()
-    redis.call('PUBLISH', channel, message)
+    if channel then
+      redis.call('PUBLISH', channel, message)
+    end
   end
   return out
 end
