@@ -111,10 +111,8 @@ pub(super) fn enqueued_and_dispatched(reply: &[Value]) -> Result<(Vec<i64>, Opti
             reply.len()
         )));
     };
-    let enqueued = enqueued
-        .iter()
-        .enumerate()
-        .map(|(at, _)| int(enqueued, at))
+    let enqueued = (0..enqueued.len())
+        .map(|at| int(enqueued, at))
         .collect::<Result<Vec<i64>>>()?;
     let dispatched = match reply.len() {
         2 => Some(part(1).ok_or_else(|| {

@@ -95,11 +95,9 @@ impl QueueStore {
     /// The arguments enqueue.lua and enqueue_and_dispatch.lua open with: the
     /// queue-changed channel and message, the values per task.
     fn enqueue_head(&self, call: &mut Invocation<'_>, keys: &QueueKeys, tasks: &[NewTask]) {
-        // Tasks without a group or a priority leave those two out (7 values each).
-        let flow = tasks.iter().any(|t| !t.group.is_empty() || t.priority != 0);
         call.arg(self.redis.keys.channel(Event::QueueChanged))
             .arg(keys.pending())
-            .arg(if flow { 9 } else { 7 });
+            .arg(if with_flow_fields(tasks) { 9 } else { 7 });
     }
 
     /// Fires of schedules into `queue`, in one script that stores each task and records
@@ -369,10 +367,15 @@ impl QueueStore {
     }
 }
 
-/// A batch's tasks as enqueue.lua takes them: 7 values each, 9 when some task has a
-/// group or a priority (the count `enqueue_head` gave).
+/// Whether a batch's tasks go to the script with their group and priority (9 values
+/// each): only when some task has one, else 7.
+fn with_flow_fields(tasks: &[NewTask]) -> bool {
+    tasks.iter().any(|t| !t.group.is_empty() || t.priority != 0)
+}
+
+/// A batch's tasks as enqueue.lua takes them (the count `enqueue_head` gave).
 fn task_args(call: &mut Invocation<'_>, tasks: &[NewTask]) {
-    let flow = tasks.iter().any(|t| !t.group.is_empty() || t.priority != 0);
+    let flow = with_flow_fields(tasks);
     for task in tasks {
         let (kind, value) = match task.schedule {
             Schedule::Now => ("n", 0),

@@ -1,5 +1,5 @@
 -- ack.lua: finish deliveries by receipt; a stale receipt changes nothing.
--- KEYS: the queue's nine keys (include/keys.lua)
+-- KEYS: the queue's keys (include/keys.lua)
 -- ARGV[1] the slot-freed channel, ARGV[2] the queue-changed channel, ARGV[3] its
 -- message, then the receipts
 -- Clock: Redis TIME (a lease that ran out makes its receipt stale).

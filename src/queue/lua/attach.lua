@@ -1,7 +1,7 @@
 -- attach.lua: a Subscribe stream with a worker_id takes over the live deliveries of
 -- that worker's tag (from a stream that ended within the re-attach grace, on any
 -- replica): same receipts, its own session, lease end now + its visibility.
--- KEYS: the queue's nine keys (include/keys.lua)
+-- KEYS: the queue's keys (include/keys.lua)
 -- ARGV[1] tag, ARGV[2] session, ARGV[3] visibility ms
 -- Clock: Redis TIME.
 -- A run that returned a full run's worth of expired leases answers AGAIN and does

@@ -1,5 +1,5 @@
 -- cancel.lua: remove tasks that are not in flight (DELAYED, READY or DEAD).
--- KEYS: the queue's nine keys (include/keys.lua)
+-- KEYS: the queue's keys (include/keys.lua)
 -- ARGV: the ids
 -- Clock: Redis TIME (the dedupe window; leases that ran out end first).
 -- A run that returned a full run's worth of expired leases answers AGAIN and does

@@ -2,7 +2,7 @@
 -- holds: a newer stream of the same worker may have taken them over) go back at
 -- their original due time, or die on their last attempt; or, with a grace, stay
 -- leased to the tag until now + grace so the worker can re-attach.
--- KEYS: the queue's nine keys (include/keys.lua)
+-- KEYS: the queue's keys (include/keys.lua)
 -- ARGV[1] the queue-changed channel, ARGV[2] its message, ARGV[3] grace ms (0: give
 -- back now), then 2 per stream: tag, session
 -- Clock: Redis TIME.

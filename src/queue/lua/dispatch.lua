@@ -2,7 +2,7 @@
 -- streams (in the order given) while they have free slots, first returning expired
 -- leases. A stream's free slots are its max_in_flight less the deliveries its tag
 -- holds now (on any replica), so an Ack anywhere frees a slot without telling us.
--- KEYS: the queue's nine keys (include/keys.lua)
+-- KEYS: the queue's keys (include/keys.lua)
 -- ARGV[1] receipt prefix (random, per call), ARGV[2] the most payload bytes to
 -- return (always at least one task), then 4 per stream: tag, session,
 -- max_in_flight, visibility ms
@@ -20,8 +20,6 @@
 -- the stream's index (1-based), then include/push_row.lua's push_fields().
 --- @include "keys"
 --- @include "now_ms"
---- @include "meta"
---- @include "bulk"
 --- @include "reclaim"
 --- @include "flow"
 --- @include "history"

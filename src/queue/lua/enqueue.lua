@@ -1,5 +1,5 @@
 -- enqueue.lua: add a batch of tasks atomically, deduplicated by id.
--- KEYS: the queue's nine keys (include/keys.lua)
+-- KEYS: the queue's keys (include/keys.lua)
 -- ARGV[1] the queue-changed channel, ARGV[2] the message (the pending key), ARGV[3]
 -- the values per task: 7, or 9 when some task of the batch has a group or a priority,
 -- then per task: id, payload, schedule ('n' now | 'd' delay ms | 'a' due at ms),

@@ -2,7 +2,7 @@
 -- given, in one run: an enqueue on a replica whose Subscribe feed for the queue is
 -- asleep hands the tasks to its streams without the pub/sub hop and the second round
 -- trip of a dispatch (the push's path is one script shorter).
--- KEYS: the queue's nine keys (include/keys.lua)
+-- KEYS: the queue's keys (include/keys.lua)
 -- ARGV[1] the queue-changed channel, ARGV[2] the message (the pending key), ARGV[3]
 -- the values per task (7 or 9, as enqueue.lua), ARGV[4] receipt prefix (random, per
 -- call), ARGV[5] the most payload bytes to return, ARGV[6] the number of streams S,

@@ -1,5 +1,5 @@
 -- extend_lease.lua: push a live delivery's lease end to now + visibility.
--- KEYS: the queue's nine keys (include/keys.lua)
+-- KEYS: the queue's keys (include/keys.lua)
 -- ARGV[1] receipt, ARGV[2] visibility ms
 -- Clock: Redis TIME.
 -- Returns {1, lease end ms} extended, {0} stale receipt.

@@ -2,7 +2,7 @@
 -- caller left while its tasks were being taken) go back at their original due time,
 -- as a lease expiry would, or die on their last attempt: the delivery counts. A stale
 -- receipt (expired, redelivered, acked) is skipped.
--- KEYS: the queue's nine keys (include/keys.lua)
+-- KEYS: the queue's keys (include/keys.lua)
 -- ARGV[1] the queue-changed channel, ARGV[2] its message, then the receipts
 -- Clock: Redis TIME (a lease that ran out makes its receipt stale).
 -- Returns how many went back to pending.

@@ -1,6 +1,6 @@
 -- lease.lua: take up to max_tasks READY tasks, earliest due first (ties in enqueue
 -- order), first returning expired leases.
--- KEYS: the queue's nine keys (include/keys.lua)
+-- KEYS: the queue's keys (include/keys.lua)
 -- ARGV[1] max_tasks, ARGV[2] visibility ms, ARGV[3] auto_ack ('1'/'0'),
 -- ARGV[4] the most payload bytes to return (always at least one task),
 -- ARGV[5] receipt prefix (random, per call)

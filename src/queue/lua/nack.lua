@@ -1,6 +1,6 @@
 -- nack.lua: give a delivery back, due again at now + delay, or DEAD when it was the
 -- last attempt; a stale receipt changes nothing.
--- KEYS: the queue's nine keys (include/keys.lua)
+-- KEYS: the queue's keys (include/keys.lua)
 -- ARGV[1] receipt, ARGV[2] delay ms, ARGV[3] the queue-changed channel,
 -- ARGV[4] its message, ARGV[5] the slot-freed channel
 -- Clock: Redis TIME.

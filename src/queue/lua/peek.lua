@@ -3,7 +3,7 @@
 -- ran out shows as READY or DEAD, not IN_FLIGHT), and that is a write. It tells the
 -- caller nothing was stored, and a lost return is made again by the next script, so
 -- it does not wait for replicas (@no-replica-wait).
--- KEYS: the queue's nine keys (include/keys.lua)
+-- KEYS: the queue's keys (include/keys.lua)
 -- ARGV[1] state ('ready' | 'delayed' | 'in_flight' | 'dead'), or 'task' for the one
 -- task whose id is ARGV[5] in whatever state; ARGV[2] limit, ARGV[3] the most payload
 -- bytes to return (always at least one task), ARGV[4] '1' when ARGV[5] names a group

@@ -1,7 +1,7 @@
 -- redrive.lua: move DEAD tasks back to READY with their attempts reset; at most
 -- ARGV[3] tasks per run, so one run never blocks Redis for long (the store calls it
 -- again until the dead set is drained).
--- KEYS: the queue's nine keys (include/keys.lua)
+-- KEYS: the queue's keys (include/keys.lua)
 -- ARGV[1] the queue-changed channel, ARGV[2] its message, ARGV[3] the most DEAD
 -- tasks to take when no ids are given, then the ids (none: the oldest DEAD tasks)
 -- Clock: Redis TIME, only to return leases that ran out first (a task whose last

@@ -1,7 +1,7 @@
 -- stats.lua: queue depths. Not read only: expired leases are returned first, as Lease
 -- would, so the depths agree with what a Lease would find. Like peek.lua, it does not
 -- wait for replicas (@no-replica-wait).
--- KEYS: the queue's nine keys (include/keys.lua)
+-- KEYS: the queue's keys (include/keys.lua)
 -- No ARGV. Clock: Redis TIME.
 -- A run that returned a full run's worth of expired leases answers AGAIN and does
 -- nothing else (include/reclaim.lua); the store runs it again.
