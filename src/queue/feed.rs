@@ -34,12 +34,8 @@ pub struct Feed {
     pub(super) members: Mutex<Members>,
     /// `--reattach-grace`: how long an ended worker stream's deliveries wait for it.
     pub(super) reattach_grace: Duration,
-    /// The earliest lease end an enqueue's own leasing made (`Scheduler::enqueue`), for
-    /// the loop's timer: that script publishes nothing when it leased every task it
-    /// stored, so no pass learns it.
-    pub(super) lease_end_hint: Mutex<Option<Instant>>,
-    /// Kicked when `lease_end_hint` is set earlier: the loop sets its timer again,
-    /// without a pass.
+    /// Kicked when `Members::lease_end_hint` is set earlier: the loop sets its timer
+    /// again, without a pass.
     pub(super) rearm: Notify,
 }
 
@@ -55,6 +51,10 @@ pub(super) struct Members {
     /// under way). An enqueue on this replica that finds it asleep for [`QUIET`] leases
     /// to the streams itself (`Scheduler::enqueue`).
     pub(super) asleep_since: Option<Instant>,
+    /// The earliest lease end an enqueue's own leasing made (`Scheduler::enqueue`), for
+    /// the loop's timer: that script publishes nothing when it leased every task it
+    /// stored, so no pass learns it.
+    pub(super) lease_end_hint: Option<Instant>,
 }
 
 /// How long a feed must have been asleep before an enqueue leases to its streams
@@ -137,17 +137,17 @@ impl Feed {
     /// if it was later (a lease's end may free a slot, or return the task).
     pub(super) fn lease_ends_at(&self, at: Option<Instant>) {
         let Some(at) = at else { return };
-        let mut hint = locked(&self.lease_end_hint);
-        if hint.is_none_or(|earlier| at < earlier) {
-            *hint = Some(at);
-            drop(hint);
+        let mut members = self.members();
+        if members.lease_end_hint.is_none_or(|earlier| at < earlier) {
+            members.lease_end_hint = Some(at);
+            drop(members);
             self.rearm.notify_one();
         }
     }
 
     /// The loop's timer `timer` with the latest hint taken in.
     pub(super) fn rearmed(&self, timer: Option<Instant>) -> Option<Instant> {
-        let hint = locked(&self.lease_end_hint).take();
+        let hint = self.members().lease_end_hint.take();
         [timer, hint].into_iter().flatten().min()
     }
 

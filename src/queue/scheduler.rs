@@ -212,7 +212,6 @@ impl Scheduler {
             wake: Notify::new(),
             members: Mutex::default(),
             reattach_grace: self.reattach_grace,
-            lease_end_hint: Mutex::default(),
             rearm: Notify::new(),
         });
         let span = tracing::debug_span!("feed", queue);
