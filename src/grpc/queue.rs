@@ -257,9 +257,8 @@ impl QueueService for QueueApi {
             }
             record_count(r.receipts.len());
             let acked = self
-                .store
-                .tenant(&call.tenant)
-                .ack(queue, &r.receipts)
+                .scheduler
+                .ack(self.store.tenant(&call.tenant), queue, &r.receipts)
                 .await?;
             Ok(pb::AckResponse { acked })
         })

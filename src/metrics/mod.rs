@@ -251,6 +251,8 @@ struct Inner {
     lateness: Histogram,
     /// Subscribe deliveries leased by the Enqueue that stored them.
     enqueue_pushes: AtomicU64,
+    /// Subscribe deliveries leased by the Ack run that freed their slots.
+    ack_pushes: AtomicU64,
     /// Schedule fires that enqueued a task, and their lateness.
     fires: AtomicU64,
     fire_lateness: Histogram,
@@ -283,6 +285,7 @@ impl Metrics {
             streams: Default::default(),
             lateness: Histogram::default(),
             enqueue_pushes: AtomicU64::new(0),
+            ack_pushes: AtomicU64::new(0),
             fires: AtomicU64::new(0),
             fire_lateness: Histogram::default(),
             skipped: Default::default(),
@@ -366,6 +369,11 @@ impl Metrics {
         self.0
             .enqueue_pushes
             .fetch_add(count as u64, Ordering::Relaxed);
+    }
+
+    /// `count` Subscribe deliveries were leased by the Ack run that freed their slots.
+    pub fn pushed_in_ack(&self, count: usize) {
+        self.0.ack_pushes.fetch_add(count as u64, Ordering::Relaxed);
     }
 
     /// A schedule's fire enqueued its task `late` after the fire time (Redis' clock).
@@ -549,6 +557,15 @@ impl Metrics {
                 "Subscribe deliveries leased by the Enqueue that stored them, to this replica's idle streams (one pub/sub hop and one round trip shorter than a feed's dispatch).",
             ),
             [(String::new(), m.enqueue_pushes.load(Ordering::Relaxed))],
+        );
+        write_family(
+            &mut out,
+            (
+                "turnstile_ack_pushes_total",
+                Kind::Counter,
+                "Subscribe deliveries leased by the Ack run that freed their slots, to this replica's streams (one pub/sub hop and one round trip shorter than a feed's dispatch).",
+            ),
+            [(String::new(), m.ack_pushes.load(Ordering::Relaxed))],
         );
         write_family(
             &mut out,

@@ -34,7 +34,7 @@ pub struct Feed {
     pub(super) members: Mutex<Members>,
     /// `--reattach-grace`: how long an ended worker stream's deliveries wait for it.
     pub(super) reattach_grace: Duration,
-    /// Kicked when `Members::lease_end_hint` is set earlier: the loop sets its timer
+    /// Kicked when `Members::timer_hint` is set earlier: the loop sets its timer
     /// again, without a pass.
     pub(super) rearm: Notify,
 }
@@ -51,10 +51,11 @@ pub(super) struct Members {
     /// under way). An enqueue on this replica that finds it asleep for [`QUIET`] leases
     /// to the streams itself (`Scheduler::enqueue`).
     pub(super) asleep_since: Option<Instant>,
-    /// The earliest lease end an enqueue's own leasing made (`Scheduler::enqueue`), for
-    /// the loop's timer: that script publishes nothing when it leased every task it
-    /// stored, so no pass learns it.
-    pub(super) lease_end_hint: Option<Instant>,
+    /// The earliest instant a dispatch outside the loop (an Enqueue's or an Ack's own
+    /// leasing, `Feed::hand_over`) found for the loop's timer: its lease end, or its
+    /// next start when a stream kept a free slot. Those scripts publish nothing for the
+    /// streams they served, so no pass learns it.
+    pub(super) timer_hint: Option<Instant>,
 }
 
 /// How long a feed must have been asleep before an enqueue leases to its streams
@@ -64,6 +65,11 @@ pub(super) struct Members {
 /// one-Ack `queue` bench lost 7% (spread 4–12%) and Redis spent 8% more per task
 /// (7–12%), `bench --against` the build before, 3 rounds.
 pub const QUIET: Duration = Duration::from_millis(1);
+
+/// The most streams an Ack's run is given to refill: each costs the script four
+/// arguments whether or not the Ack freed its slots, and an Ack frees one stream's slots
+/// as a rule. The streams past it are refilled by the loop, as without the short cut.
+pub const REFILL_STREAMS: usize = 32;
 
 pub(super) struct Member {
     pub(super) id: u64,
@@ -133,21 +139,79 @@ impl Feed {
         (!eligible.is_empty()).then_some((eligible, slots))
     }
 
-    /// A lease made outside the loop ends at `at`: the loop's timer is moved up to it
-    /// if it was later (a lease's end may free a slot, or return the task).
-    pub(super) fn lease_ends_at(&self, at: Option<Instant>) {
-        let Some(at) = at else { return };
-        let mut members = self.members();
-        if members.lease_end_hint.is_none_or(|earlier| at < earlier) {
-            members.lease_end_hint = Some(at);
-            drop(members);
+    /// The streams an Ack's run may refill (`Scheduler::ack`): those the last dispatch
+    /// left full, at most [`REFILL_STREAMS`], when the feed has nothing of its own to
+    /// do first (no ended stream to detach, no worker stream to attach). None when
+    /// there is none. The script picks those whose slots the acks freed. A stream that
+    /// was not full had no task waiting for its slot: an Ack of its tasks wakes the
+    /// loop as before.
+    pub(super) fn full_streams(&self) -> Option<Asked> {
+        let members = self.members();
+        if !members.ended.is_empty() || members.streams.iter().any(|m| !m.attached) {
+            return None;
+        }
+        let asked: Asked = members
+            .streams
+            .iter()
+            .filter(|m| m.full)
+            .take(REFILL_STREAMS)
+            .map(|m| ((m.id, m.freed), m.slots.clone()))
+            .unzip();
+        (!asked.0.is_empty()).then_some(asked)
+    }
+
+    /// Hands the tasks of a dispatch run outside the loop (an Enqueue's or an Ack's)
+    /// to the streams `asked`, and tells the loop what that run learned, since no
+    /// message follows it: the new lease end for its timer, and, when an asked stream
+    /// still has a free slot, the next start too (the loop would sleep past it when
+    /// its last pass found every stream full). Such a stream counts as freed, so that a
+    /// pass that read an older count cannot mark it full. Tasks whose stream left
+    /// (its detach may have run before the script) go back at once; on failure they
+    /// return when their leases end.
+    pub(super) async fn hand_over(
+        &self,
+        store: &QueueStore,
+        queue: &str,
+        asked: &[(u64, u64)],
+        slots: &[StreamSlots],
+        dispatched: Dispatched,
+    ) {
+        store.held_back(queue, &dispatched.held_back);
+        let (next, orphans) = self.deliver(asked, slots, dispatched);
+        let sooner = {
+            let mut members = self.members();
+            let mut free = false;
+            for (id, _) in asked {
+                if let Some(member) = members.streams.iter_mut().find(|m| m.id == *id) {
+                    if !member.full {
+                        free = true;
+                        member.freed += 1;
+                    }
+                }
+            }
+            let at = match free {
+                true => [next.pending, next.lease_end].into_iter().flatten().min(),
+                false => next.lease_end,
+            };
+            let sooner = at.filter(|at| members.timer_hint.is_none_or(|earlier| *at < earlier));
+            if sooner.is_some() {
+                members.timer_hint = sooner;
+            }
+            sooner.is_some()
+        };
+        if sooner {
             self.rearm.notify_one();
+        }
+        if !orphans.is_empty() {
+            if let Err(err) = store.give_back(queue, &orphans).await {
+                tracing::warn!(cause = %err, count = orphans.len(), "could not give back deliveries of a stream that left; they return when their leases end");
+            }
         }
     }
 
     /// The loop's timer `timer` with the latest hint taken in.
     pub(super) fn rearmed(&self, timer: Option<Instant>) -> Option<Instant> {
-        let hint = self.members().lease_end_hint.take();
+        let hint = self.members().timer_hint.take();
         [timer, hint].into_iter().flatten().min()
     }
 

@@ -165,6 +165,13 @@ impl QueueStore {
         }
     }
 
+    /// Counts `count` deliveries that went out in the Ack run that freed their slots.
+    pub(super) fn pushed_in_ack(&self, count: usize) {
+        if let (Some(metrics), 1..) = (self.metrics.get(), count) {
+            metrics.pushed_in_ack(count);
+        }
+    }
+
     /// Counts the limits that held back a deliverable task of `queue`.
     pub(super) fn held_back(&self, queue: &str, limits: &[Limit]) {
         if let Some(metrics) = self.metrics.get() {

@@ -123,6 +123,42 @@ pub(super) fn enqueued_and_dispatched(reply: &[Value]) -> Result<(Vec<i64>, Opti
     Ok((enqueued, dispatched))
 }
 
+/// The streams an Ack's run leased to (0-based, among those it was given) and
+/// dispatch.lua's reply for them.
+pub(super) type Refilled<'a> = (Vec<usize>, &'a [Value]);
+
+/// `ack_and_dispatch.lua`: ack.lua's reply, then what it leased, if it did.
+pub(super) fn acked_and_dispatched(reply: &[Value]) -> Result<(Vec<bool>, Option<Refilled<'_>>)> {
+    let part = |at: usize| match reply.get(at) {
+        Some(Value::Array(values)) => Some(values.as_slice()),
+        _ => None,
+    };
+    let ints = |values: &[Value]| {
+        (0..values.len())
+            .map(|at| int(values, at))
+            .collect::<Result<Vec<i64>>>()
+    };
+    let acked = match (part(0), reply.len()) {
+        (Some(acked), 1 | 3) => ints(acked)?.into_iter().map(|n| n == 1).collect(),
+        _ => {
+            return Err(Error::Internal(format!(
+                "ack_and_dispatch replied {} values",
+                reply.len()
+            )))
+        }
+    };
+    if reply.len() == 1 {
+        return Ok((acked, None));
+    }
+    let (Some(chosen), Some(dispatched)) = (part(1), part(2)) else {
+        return Err(Error::Internal(
+            "ack_and_dispatch's streams or dispatch is not a list".into(),
+        ));
+    };
+    let chosen = ints(chosen)?.into_iter().map(|n| n as usize - 1).collect();
+    Ok((acked, Some((chosen, dispatched))))
+}
+
 /// `lease.lua`: the next due instant (-1: none), the limits that held tasks back,
 /// then task rows.
 pub(super) fn leased(reply: &[Value]) -> Result<Leased> {

@@ -3,7 +3,9 @@
 //! script (round robin, free slots only), then sleeps until the next due time or lease
 //! end, or until woken: a queue-changed message (enqueue, nack, redrive, give-back), a
 //! slot-freed message carrying one of its streams' tags (an Ack or Nack on any
-//! replica), or a stream joining or ending. Never a fixed tick.
+//! replica), or a stream joining or ending. Never a fixed tick. Two runs outside the
+//! loop lease to its streams too, and tell it what they learned: an Enqueue that finds
+//! it asleep, and an Ack on this replica that frees slots of its full streams.
 //!
 //! Each feed's streams and one pass of its loop are in `feed.rs`; this file keeps which
 //! feeds exist, starts and retires them, and routes wake-ups to them.
@@ -184,23 +186,65 @@ impl Scheduler {
                     .enqueue_and_dispatch(&queue, &keys, &tasks, &slots)
                     .await?;
                 if let Some(dispatched) = dispatched {
-                    store.held_back(&queue, &dispatched.held_back);
                     store.pushed_in_enqueue(dispatched.tasks.len());
-                    let (next, orphans) = feed.deliver(&eligible, &slots, dispatched);
-                    feed.lease_ends_at(next.lease_end);
-                    // Their stream left, and its detach may have run before this
-                    // script: nobody else gives them back before their lease ends. The
-                    // tasks are stored either way, so a failure here is not the
-                    // enqueue's: they come back when their leases end.
-                    if !orphans.is_empty() {
-                        if let Err(err) = store.give_back(&queue, &orphans).await {
-                            tracing::warn!(cause = %err, count = orphans.len(), "could not give back deliveries of a stream that left; they return when their leases end");
-                        }
-                    }
+                    // The tasks are stored either way, so a failure to give back a
+                    // left stream's tasks is not the enqueue's.
+                    feed.hand_over(&store, &queue, &eligible, &slots, dispatched)
+                        .await;
                 }
                 Ok(enqueued)
             })
             .await
+    }
+
+    /// Acks `receipts` of `store`'s `queue`, batched with concurrent Acks of the queue
+    /// (`QueueStore::ack`). When this replica's feed for the queue holds the streams
+    /// whose slots a batch frees, the same script run leases those streams their next
+    /// tasks (`ack_and_dispatch.lua`): a task waiting for a slot skips the pub/sub hop
+    /// and the dispatch's round trip, and a busy queue's refills ride on its ack runs.
+    pub async fn ack(
+        self: &Arc<Self>,
+        store: QueueStore,
+        queue: &str,
+        receipts: &[String],
+    ) -> Result<Vec<bool>> {
+        let scheduler = self.clone();
+        let (batches, name) = (store.clone(), queue.to_owned());
+        store
+            .ack_by(queue, receipts, move |receipts| {
+                let (scheduler, store, name) = (scheduler.clone(), batches.clone(), name.clone());
+                async move { scheduler.ack_run(store, &name, receipts).await }
+            })
+            .await
+    }
+
+    /// One batch of [`Scheduler::ack`].
+    async fn ack_run(
+        &self,
+        store: QueueStore,
+        queue: &str,
+        receipts: Vec<String>,
+    ) -> Result<Vec<bool>> {
+        let feed = locked(&self.registry)
+            .feeds
+            .get(store.keys(queue).pending())
+            .cloned();
+        let Some((feed, (asked, slots))) =
+            feed.and_then(|feed| feed.full_streams().map(|asked| (feed, asked)))
+        else {
+            return store.ack_script(queue, &receipts).await;
+        };
+        let (acked, dispatched) = store.ack_and_dispatch(queue, &receipts, &slots).await?;
+        if let Some((chosen, dispatched)) = dispatched {
+            store.pushed_in_ack(dispatched.tasks.len());
+            let asked: Vec<(u64, u64)> = chosen.iter().map(|&at| asked[at]).collect();
+            let slots: Vec<StreamSlots> = chosen.iter().map(|&at| slots[at].clone()).collect();
+            // The receipts are acked either way: a failure to give back a left stream's
+            // tasks is not the Ack's.
+            feed.hand_over(&store, queue, &asked, &slots, dispatched)
+                .await;
+        }
+        Ok(acked)
     }
 
     fn start_feed(self: &Arc<Self>, store: QueueStore, key: &str, queue: &str) -> Arc<Feed> {

@@ -18,7 +18,7 @@ use super::{
 /// The most DEAD tasks one `redrive.lua` run moves (about 2 ms of Redis time).
 pub const REDRIVE_PER_RUN: usize = 200;
 use crate::{
-    error::Result,
+    error::{Error, Result},
     redis::{
         keys::{Event, QueueKeys},
         Invocation,
@@ -228,6 +228,44 @@ impl QueueStore {
         }
         let reply: Vec<i64> = self.redis.invoke(&call).await?;
         Ok(reply.into_iter().map(|n| n == 1).collect())
+    }
+
+    /// One `ack_and_dispatch.lua` run: finishes deliveries (one flag per receipt) and
+    /// leases to those of `streams` whose slots they freed. The dispatch, when there
+    /// was one, comes with the indices in `streams` of the streams it asked.
+    pub(super) async fn ack_and_dispatch(
+        &self,
+        queue: &str,
+        receipts: &[String],
+        streams: &[StreamSlots],
+    ) -> Result<(Vec<bool>, Option<(Vec<usize>, Dispatched)>)> {
+        let keys = self.keys(queue);
+        let mut call = call(&self.scripts.ack_and_dispatch, &keys);
+        call.arg(self.redis.keys.channel(Event::SlotFreed))
+            .arg(self.redis.keys.channel(Event::QueueChanged))
+            .arg(keys.pending())
+            .arg(new_token())
+            .arg(REPLY_BUDGET_BYTES)
+            .arg(streams.len());
+        stream_args(&mut call, streams);
+        for receipt in receipts {
+            call.arg(receipt);
+        }
+        let reply: Vec<redis::Value> = self.redis.invoke(&call).await?;
+        let (acked, dispatched) = replies::acked_and_dispatched(&reply)?;
+        let dispatched = match dispatched {
+            Some((chosen, reply)) => {
+                if chosen.iter().any(|&at| at >= streams.len()) {
+                    return Err(Error::Internal(
+                        "ack_and_dispatch named a stream it was not given".into(),
+                    ));
+                }
+                let dispatched = replies::dispatched(reply, chosen.len())?;
+                Some((chosen, dispatched))
+            }
+            None => None,
+        };
+        Ok((acked, dispatched))
     }
 
     /// Gives a delivery back, due at now + `delay` (or DEAD on its last attempt).

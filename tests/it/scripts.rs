@@ -49,7 +49,7 @@ fn every_script_carries_only_the_helpers_it_names_and_no_bare_keys() {
         .chain(schedules.all())
         .chain(semaphores.all())
         .collect();
-    assert_eq!(all.len(), 32);
+    assert_eq!(all.len(), 33);
     for script in &all {
         let source = script.source;
         // Read only exactly when it says so on its first line, which Redis enforces.
@@ -487,5 +487,64 @@ async fn an_enqueue_that_leases_every_task_it_stored_wakes_nobody_and_one_that_l
     };
     assert_eq!(dispatched.len(), 5, "no row: {dispatched:?}");
     assert_eq!(publishes(&mut conn).await?, before + 1, "b waits");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ack_refills_the_streams_it_was_given_and_tells_only_the_others_their_slots_freed(
+) -> TestResult {
+    let redis = TestRedis::start().await;
+    let mut conn = redis.conn().await;
+    let queues = QueueScripts::new();
+    let keys = Keys::new("t").queue("q").all.to_vec();
+    // Two streams with one slot each take "a" and "b"; "c" waits.
+    let head = [
+        "ch", "msg", "7", "p", "4194304", "2", "s:a", "x", "1", "60000", "s:b", "y", "1", "60000",
+    ];
+    let task = |id: &'static str| [id, "body", "n", "0", "k", "25", "0"];
+    let args: Vec<&str> = head
+        .into_iter()
+        .chain(task("a"))
+        .chain(task("b"))
+        .chain(task("c"))
+        .collect();
+    let script = queue_script(&queues, "enqueue_and_dispatch.lua");
+    let reply: Vec<redis::Value> = eval(&mut conn, script, &keys, &args).await?;
+    let [_, redis::Value::Array(dispatched)] = &reply[..] else {
+        panic!("{reply:?}");
+    };
+    // The head (now, next pending, next lease end, held back, two held counts), then
+    // rows of 12: the stream's index, the id, ..., the receipt at 8.
+    let receipts: Vec<String> = dispatched[6..]
+        .chunks(12)
+        .map(|row| match &row[8] {
+            redis::Value::BulkString(r) => String::from_utf8(r.clone()).unwrap(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(receipts.len(), 2);
+    // Both acked in a run given only the stream "s:a".
+    let script = queue_script(&queues, "ack_and_dispatch.lua");
+    let before = publishes(&mut conn).await?;
+    let mut args = vec![
+        "freed", "ch", "msg", "p2", "4194304", "1", "s:a", "x", "1", "60000",
+    ];
+    args.extend(receipts.iter().map(String::as_str));
+    let reply: Vec<redis::Value> = eval(&mut conn, script, &keys, &args).await?;
+    let [redis::Value::Array(acked), redis::Value::Array(chosen), redis::Value::Array(dispatched)] =
+        &reply[..]
+    else {
+        panic!("{reply:?}");
+    };
+    assert_eq!(acked[..], [1, 1].map(redis::Value::Int));
+    assert_eq!(chosen[..], [redis::Value::Int(1)]);
+    // "c" went to "s:a" in the same run.
+    assert_eq!(dispatched[4], redis::Value::Int(1));
+    assert_eq!(dispatched[6], redis::Value::BulkString(b"c".to_vec()));
+    assert_eq!(
+        publishes(&mut conn).await?,
+        before + 1,
+        "slot-freed for s:b only"
+    );
     Ok(())
 }

@@ -345,6 +345,65 @@ async fn a_task_an_enqueue_leased_to_a_stream_comes_back_when_its_lease_ends(
     panic!("no Enqueue found its feed asleep in 20 tries");
 }
 
+/// The deliveries this replica's Ack runs leased to the streams whose slots they freed.
+const ACK_PUSHES: &str = "turnstile_ack_pushes_total";
+
+on_each_store!(an_ack_hands_the_slot_it_frees_the_next_task_in_its_own_script_run);
+/// A stream with one slot and a backlog: each Ack's script leases the freed slot the
+/// next task (no slot-freed message, no dispatch), in order, each task pushed once.
+async fn an_ack_hands_the_slot_it_frees_the_next_task_in_its_own_script_run(
+    redis: TestStore,
+) -> TestResult {
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    let tasks = (0..20).map(|n| task(&format!("t{n:02}"))).collect();
+    enqueue(&mut queues, "q", tasks).await?;
+    let mut stream = subscribe(&mut queues, subscribe_request("q", 1, 30_000)).await?;
+    for n in 0..20 {
+        let pushed = next_tasks(&mut stream, 1).await.remove(0);
+        assert_eq!(
+            (pushed.id.as_str(), pushed.attempt),
+            (format!("t{n:02}").as_str(), 1)
+        );
+        assert_eq!(ack(&mut queues, "q", &[&pushed.receipt]).await?, [true]);
+    }
+    // The first task went out in the feed's pass; each of the first 19 Acks freed the
+    // one slot while a task waited, and its own run filled it.
+    assert_eq!(server.metric(ACK_PUSHES).await, 19.0);
+    assert!(next_task(&mut stream, Duration::from_millis(200))
+        .await
+        .is_none());
+    assert_eq!(stats(&mut queues, "q").await?, (0, 0, 0, 0));
+    Ok(())
+}
+
+on_each_store!(a_stream_an_ack_left_with_a_free_slot_gets_a_task_that_falls_due_later);
+/// The feed slept with its one stream full, so its timer was the lease's end (30 s),
+/// not the delayed task's due time. The Ack that frees the slot finds nothing due and
+/// publishes nothing for that stream: the feed must still learn the due time from the
+/// Ack's run.
+async fn a_stream_an_ack_left_with_a_free_slot_gets_a_task_that_falls_due_later(
+    redis: TestStore,
+) -> TestResult {
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    let mut stream = subscribe(&mut queues, subscribe_request("q", 1, 30_000)).await?;
+    let later = TaskSpec {
+        schedule: Some(Schedule::Delay(ms(300).unwrap())),
+        ..task("later")
+    };
+    enqueue(&mut queues, "q", vec![task("now"), later]).await?;
+    let now = next_tasks(&mut stream, 1).await.remove(0);
+    assert_eq!(now.id, "now");
+    assert_eq!(ack(&mut queues, "q", &[&now.receipt]).await?, [true]);
+    // Generous for a loaded machine, and far below the 30 s lease.
+    let later = next_task(&mut stream, Duration::from_secs(5))
+        .await
+        .expect("pushed when due, not at the lease's end");
+    assert_eq!(later.id, "later");
+    Ok(())
+}
+
 on_each_store!(idle_subscribers_are_served_in_turn);
 async fn idle_subscribers_are_served_in_turn(redis: TestStore) -> TestResult {
     let server = TestServer::start(&redis).await;

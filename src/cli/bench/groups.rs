@@ -188,7 +188,10 @@ const WORKER_SLOTS: u32 = 8;
 /// golden-ratio sequence), as real tasks vary. With the same time for every task, the
 /// tasks that one dispatch handed out together would end together, so the worker would
 /// free its slots all at once every few milliseconds, and the quiet task's figure would
-/// be that cycle's length, not its turn in the rotation.
+/// be that cycle's length, not its turn in the rotation. The work ends on the precise
+/// timer, not tokio's: its 1 ms wheel would end every task on a millisecond tick, and
+/// the worker would again free its slots in bursts (about four each millisecond), so
+/// the quiet task would wait up to a millisecond for the next tick.
 fn work(n: u64) -> Duration {
     let spread = (n as f64 * 0.618_033_988_749_895).fract();
     WORK.mul_f64(0.5 + spread)
@@ -239,7 +242,7 @@ async fn quiet_pickup(
                 handed += 1;
                 let work = work(handed);
                 tokio::spawn(async move {
-                    tokio::time::sleep(work).await;
+                    turnstile::time::precise::sleep_until(Instant::now() + work).await;
                     let _ = worker
                         .ack(AckRequest {
                             queue,
