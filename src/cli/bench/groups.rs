@@ -402,6 +402,7 @@ pub async fn groups(target: &Target, duration: Duration) -> Result<Report, Strin
         .extra("backlog", Extra::Count(BACKLOG as u64))
         .extra("quiet_pickup_p99_ms", Extra::Number(busy.quantile_ms(0.99)))
         .extra("calm_pickup_p99_ms", Extra::Number(calm.quantile_ms(0.99)))
+        .extra("calm_pickup_p50_ms", Extra::Number(calm.quantile_ms(0.5)))
         .extra("rate_limit_per_s", Extra::Number(limited))
         .extra(
             "rate_limit_error_pct",
