@@ -698,6 +698,7 @@ fn bench_runs_the_fixed_length_scenarios() {
     for field in [
         "server_kb_per_stream",
         "server_kb_per_waiter",
+        "server_kb_per_waiter_paced",
         "server_rss_kept_mb",
     ] {
         let value = lines[1][field].as_f64();
