@@ -16,7 +16,7 @@ impl QueueStore {
         let name = queue.to_owned();
         self.ack_by(queue, receipts, move |receipts| {
             let (store, name) = (store.clone(), name.clone());
-            async move { store.ack_script(&name, &receipts).await }
+            async move { store.ack_script(&store.keys(&name), &receipts).await }
         })
         .await
     }

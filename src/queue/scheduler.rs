@@ -225,16 +225,14 @@ impl Scheduler {
         queue: &str,
         receipts: Vec<String>,
     ) -> Result<Vec<bool>> {
-        let feed = locked(&self.registry)
-            .feeds
-            .get(store.keys(queue).pending())
-            .cloned();
+        let keys = store.keys(queue);
+        let feed = locked(&self.registry).feeds.get(keys.pending()).cloned();
         let Some((feed, (asked, slots))) =
             feed.and_then(|feed| feed.full_streams().map(|asked| (feed, asked)))
         else {
-            return store.ack_script(queue, &receipts).await;
+            return store.ack_script(&keys, &receipts).await;
         };
-        let (acked, dispatched) = store.ack_and_dispatch(queue, &receipts, &slots).await?;
+        let (acked, dispatched) = store.ack_and_dispatch(&keys, &receipts, &slots).await?;
         if let Some((chosen, dispatched)) = dispatched {
             store.pushed_in_ack(dispatched.tasks.len());
             let asked: Vec<(u64, u64)> = chosen.iter().map(|&at| asked[at]).collect();

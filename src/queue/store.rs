@@ -216,10 +216,14 @@ impl QueueStore {
         self.redis.invoke(&call).await
     }
 
-    /// One `ack.lua` run: finishes deliveries, one flag per receipt.
-    pub(super) async fn ack_script(&self, queue: &str, receipts: &[String]) -> Result<Vec<bool>> {
-        let keys = self.keys(queue);
-        let mut call = call(&self.scripts.ack, &keys);
+    /// One `ack.lua` run on the queue with `keys`: finishes deliveries, one flag per
+    /// receipt.
+    pub(super) async fn ack_script(
+        &self,
+        keys: &QueueKeys,
+        receipts: &[String],
+    ) -> Result<Vec<bool>> {
+        let mut call = call(&self.scripts.ack, keys);
         call.arg(self.redis.keys.channel(Event::SlotFreed))
             .arg(self.redis.keys.channel(Event::QueueChanged))
             .arg(keys.pending());
@@ -235,12 +239,11 @@ impl QueueStore {
     /// was one, comes with the indices in `streams` of the streams it asked.
     pub(super) async fn ack_and_dispatch(
         &self,
-        queue: &str,
+        keys: &QueueKeys,
         receipts: &[String],
         streams: &[StreamSlots],
     ) -> Result<(Vec<bool>, Option<(Vec<usize>, Dispatched)>)> {
-        let keys = self.keys(queue);
-        let mut call = call(&self.scripts.ack_and_dispatch, &keys);
+        let mut call = call(&self.scripts.ack_and_dispatch, keys);
         call.arg(self.redis.keys.channel(Event::SlotFreed))
             .arg(self.redis.keys.channel(Event::QueueChanged))
             .arg(keys.pending())
