@@ -198,7 +198,7 @@ impl Scheduler {
     }
 
     /// Acks `receipts` of `store`'s `queue`, batched with concurrent Acks of the queue
-    /// (`QueueStore::ack`). When this replica's feed for the queue holds the streams
+    /// (`queue/acks.rs`). When this replica's feed for the queue holds the streams
     /// whose slots a batch frees, the same script run leases those streams their next
     /// tasks (`ack_and_dispatch.lua`): a task waiting for a slot skips the pub/sub hop
     /// and the dispatch's round trip, and a busy queue's refills ride on its ack runs.

@@ -224,9 +224,7 @@ impl QueueStore {
         receipts: &[String],
     ) -> Result<Vec<bool>> {
         let mut call = call(&self.scripts.ack, keys);
-        call.arg(self.redis.keys.channel(Event::SlotFreed))
-            .arg(self.redis.keys.channel(Event::QueueChanged))
-            .arg(keys.pending());
+        self.ack_head(&mut call, keys);
         for receipt in receipts {
             call.arg(receipt);
         }
@@ -244,10 +242,8 @@ impl QueueStore {
         streams: &[StreamSlots],
     ) -> Result<(Vec<bool>, Option<(Vec<usize>, Dispatched)>)> {
         let mut call = call(&self.scripts.ack_and_dispatch, keys);
-        call.arg(self.redis.keys.channel(Event::SlotFreed))
-            .arg(self.redis.keys.channel(Event::QueueChanged))
-            .arg(keys.pending())
-            .arg(new_token())
+        self.ack_head(&mut call, keys);
+        call.arg(new_token())
             .arg(REPLY_BUDGET_BYTES)
             .arg(streams.len());
         stream_args(&mut call, streams);
@@ -269,6 +265,14 @@ impl QueueStore {
             None => None,
         };
         Ok((acked, dispatched))
+    }
+
+    /// The arguments ack.lua and ack_and_dispatch.lua open with: the slot-freed
+    /// channel, the queue-changed channel and its message.
+    fn ack_head(&self, call: &mut Invocation<'_>, keys: &QueueKeys) {
+        call.arg(self.redis.keys.channel(Event::SlotFreed))
+            .arg(self.redis.keys.channel(Event::QueueChanged))
+            .arg(keys.pending());
     }
 
     /// Gives a delivery back, due at now + `delay` (or DEAD on its last attempt).
