@@ -148,7 +148,7 @@ impl QueueStore {
     }
 
     /// The keys of `queue` in this store's tenant.
-    pub fn keys(&self, queue: &str) -> QueueKeys {
+    pub fn keys(&self, queue: &str) -> Arc<QueueKeys> {
         self.redis.keys.queue(queue)
     }
 
