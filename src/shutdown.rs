@@ -163,10 +163,11 @@ type Undo<T> = Box<dyn FnOnce(T) -> Pin<Box<dyn Future<Output = ()> + Send>> + S
 
 /// A value won for a caller who may have left (a lock's lease, leased tasks): the
 /// one mechanism behind "a caller who left never ends up holding anything". The
-/// caller [`claim`](Unclaimed::claim)s it; dropped unclaimed, its undo runs on the
-/// shutdown tracker with the value itself (a `Drop` cannot await), so nothing is
-/// copied up front; [`undo`](Unclaimed::undo) runs it in place instead, so a caller
-/// still there sees it done before it answers.
+/// caller [`claim`](Unclaimed::claim)s it; dropped unclaimed, its undo gets the value
+/// itself (nothing is copied up front), takes its first step before the drop returns
+/// (so its first Redis command is queued ahead of the caller's next one) and finishes
+/// on the shutdown tracker (a `Drop` cannot await); [`undo`](Unclaimed::undo) runs it
+/// in place instead, so a caller still there sees it done before it answers.
 #[must_use = "dropping an Unclaimed undoes it; claim() it once the caller has it"]
 pub struct Unclaimed<T: Send + 'static> {
     /// The value, until claimed or undone.
@@ -200,9 +201,24 @@ impl<T: Send + 'static> Unclaimed<T> {
 }
 
 impl<T: Send + 'static> Drop for Unclaimed<T> {
+    /// Starts the undo here, up to its first wait, and lets the tracker finish it. The
+    /// undo's first command is so queued on its socket before the drop returns, that
+    /// is before the caller is answered: Redis runs it before anything the caller
+    /// sends next. Spawned without that first step, the task could start after the
+    /// caller's next call reached the same socket (seen under load: a try-once Acquire
+    /// answered UNAVAILABLE, then the caller's Describe, queued behind the acquire but
+    /// before the give-back, found the lock held, 1 run in 53).
     fn drop(&mut self) {
         if let (Some(value), Some(undo)) = (self.value.take(), self.undo.take()) {
-            self.shutdown.spawn(undo(value));
+            let mut undo = undo(value);
+            // The tracker's task polls it again with a real waker, which replaces
+            // this one wherever the first step left a waker.
+            let first = undo
+                .as_mut()
+                .poll(&mut Context::from_waker(std::task::Waker::noop()));
+            if first.is_pending() {
+                self.shutdown.spawn(undo);
+            }
         }
     }
 }
@@ -243,6 +259,28 @@ mod tests {
         drop(counting(&shutdown, &undone));
         assert!(shutdown.drain(Duration::from_secs(5)).await);
         assert_eq!(undone.load(Ordering::SeqCst), 14);
+    }
+
+    #[tokio::test]
+    async fn a_dropped_value_starts_its_undo_before_the_drop_returns() {
+        let shutdown = Shutdown::new();
+        let steps = Arc::new(AtomicUsize::new(0));
+        let (go_on, wait) = oneshot::channel::<()>();
+        let won = shutdown.unclaimed((), {
+            let steps = steps.clone();
+            move |()| async move {
+                // The first step: where a give-back queues its Redis command.
+                steps.fetch_add(1, Ordering::SeqCst);
+                let _ = wait.await;
+                steps.fetch_add(10, Ordering::SeqCst);
+            }
+        });
+        drop(won);
+        // No await between the drop and this read: the first step ran in the drop.
+        assert_eq!(steps.load(Ordering::SeqCst), 1, "the undo's first step");
+        let _ = go_on.send(());
+        assert!(shutdown.drain(Duration::from_secs(5)).await);
+        assert_eq!(steps.load(Ordering::SeqCst), 11, "the rest on the tracker");
     }
 
     #[tokio::test]
