@@ -1,0 +1,170 @@
+"""The values the library hands out and takes: plain dataclasses over the wire types."""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Optional, Union
+
+from ._convert import DurationLike, Payload, instant
+from .v1 import common_pb2, queue_pb2
+
+TASK_STATES = {
+    "delayed": common_pb2.TASK_STATE_DELAYED,
+    "ready": common_pb2.TASK_STATE_READY,
+    "in_flight": common_pb2.TASK_STATE_IN_FLIGHT,
+    "dead": common_pb2.TASK_STATE_DEAD,
+}
+_STATE_NAMES = {v: k for k, v in TASK_STATES.items()}
+
+
+@dataclass
+class Task:
+    """A task as delivered to a worker (with `receipt`) or as peeked (without)."""
+
+    id: str
+    payload: bytes
+    attempt: int
+    max_attempts: int
+    group: str
+    priority: int
+    enqueued_at: Optional[datetime]
+    due_at: Optional[datetime]
+    state: str = "ready"
+    receipt: str = ""
+    lease_expires_at: Optional[datetime] = None
+    queue: str = ""
+    cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
+    """Set when this delivery's lease is lost or the worker's drain ran out of time."""
+
+    def text(self) -> str:
+        return self.payload.decode()
+
+    def json(self) -> Any:
+        return json.loads(self.payload)
+
+    @classmethod
+    def from_pb(cls, task: common_pb2.Task, queue: str = "") -> "Task":
+        return cls(
+            id=task.id,
+            payload=bytes(task.payload),
+            attempt=task.attempt,
+            max_attempts=task.max_attempts,
+            group=task.group,
+            priority=task.priority,
+            enqueued_at=instant(task.enqueued_at),
+            due_at=instant(task.due_at),
+            state=_STATE_NAMES.get(task.state, "ready"),
+            receipt=task.receipt,
+            lease_expires_at=instant(task.lease_expires_at),
+            queue=queue,
+        )
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    """What `enqueue` did: the id (made by the library when none was given), whether a
+    new task was stored, and when it is due."""
+
+    id: str
+    created: bool
+    due_at: Optional[datetime]
+    replaced: bool = False
+
+
+@dataclass
+class TaskSpec:
+    """One task for `enqueue_many`; the fields of `Queue.enqueue`."""
+
+    payload: Payload = b""
+    id: Optional[str] = None
+    delay: Optional[DurationLike] = None
+    at: Optional[datetime] = None
+    group: Optional[str] = None
+    priority: int = 0
+    max_attempts: int = 0
+    dedupe_window: Optional[DurationLike] = None
+    on_duplicate: str = "keep"
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """At most `limit` starts per `period` (seconds), `burst` at once (0: = limit)."""
+
+    limit: int
+    period: float = 1.0
+    burst: int = 0
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    paused: bool
+    max_in_flight: int
+    rate_limit: Optional[RateLimit]
+    group_max_in_flight: int
+    group_rate_limit: Optional[RateLimit]
+
+    @classmethod
+    def from_pb(cls, config: queue_pb2.QueueConfig) -> "QueueConfig":
+        def rate(limit: queue_pb2.RateLimit, present: bool) -> Optional[RateLimit]:
+            if not present or limit.limit == 0:
+                return None
+            period = limit.period.ToTimedelta().total_seconds() or 1.0
+            return RateLimit(limit.limit, period, limit.burst)
+
+        return cls(
+            paused=config.paused,
+            max_in_flight=config.max_in_flight,
+            rate_limit=rate(config.rate_limit, config.HasField("rate_limit")),
+            group_max_in_flight=config.group_max_in_flight,
+            group_rate_limit=rate(config.group_rate_limit, config.HasField("group_rate_limit")),
+        )
+
+
+@dataclass(frozen=True)
+class Stats:
+    ready: int
+    delayed: int
+    in_flight: int
+    dead: int
+    oldest_ready_at: Optional[datetime]
+    next_due_at: Optional[datetime]
+    config: QueueConfig
+
+
+@dataclass(frozen=True)
+class LockState:
+    """One state of a watched lock: who holds it (`held`), or that it is free."""
+
+    held: bool
+    owner: str
+    fencing_token: int
+    expires_at: Optional[datetime]
+
+
+@dataclass(frozen=True)
+class Schedule:
+    name: str
+    queue: str
+    cron: str
+    every: Optional[float]
+    time_zone: str
+    payload: bytes
+    overlap: str
+    catch_up: Optional[float]
+    paused: bool
+    next_fire_at: Optional[datetime]
+    last_fire_at: Optional[datetime]
+
+
+class Retry(Exception):
+    """Raise from a handler to give the task back, due again after `delay`."""
+
+    def __init__(self, delay: DurationLike = 0, reason: str = "") -> None:
+        super().__init__(reason or f"retry after {delay}")
+        self.delay = delay
+
+
+Handled = Union[None, bytes, str, Any]
