@@ -27,17 +27,23 @@ struct Block {
     code: String,
 }
 
-/// The pages whose blocks run, in order: the README, then `docs/*.md` by name.
+/// The pages whose blocks run, in order: the README, then `docs/*.md` by name, then
+/// the client libraries' `docs/sdk/*.md` by name.
 fn pages() -> Vec<(String, String)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut names: Vec<String> = std::fs::read_dir(root.join("docs"))
-        .expect("docs/")
-        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
-        .filter(|name| name.ends_with(".md"))
-        .map(|name| format!("docs/{name}"))
-        .collect();
-    names.sort();
-    names.insert(0, "README.md".to_owned());
+    let pages_in = |dir: &str| {
+        let mut names: Vec<String> = std::fs::read_dir(root.join(dir))
+            .unwrap_or_else(|err| panic!("{dir}/: {err}"))
+            .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+            .filter(|name| name.ends_with(".md"))
+            .map(|name| format!("{dir}/{name}"))
+            .collect();
+        names.sort();
+        names
+    };
+    let mut names = vec!["README.md".to_owned()];
+    names.extend(pages_in("docs"));
+    names.extend(pages_in("docs/sdk"));
     names
         .into_iter()
         .map(|name| {
@@ -78,17 +84,20 @@ fn setup_block(needle: &str) -> Block {
         .unwrap_or_else(|| panic!("no set-up block with {needle:?} in the guides"))
 }
 
-/// Runs the set-up commands in `dir` (with `proto/` linked in) unless `done` exists
-/// there already; false, printing why, when a tool or registry they need is not there.
+/// Runs the set-up commands in `dir` (with `proto/` and `sdk/` linked in) unless
+/// `done` exists there already; false, printing why, when a tool or registry they need
+/// is not there.
 fn set_up(dir: &Path, setup: &str, done: &str) -> bool {
     std::fs::create_dir_all(dir).unwrap();
-    let proto = dir.join("proto");
-    if !proto.exists() {
-        std::os::unix::fs::symlink(Path::new(env!("CARGO_MANIFEST_DIR")).join("proto"), &proto)
-            .unwrap();
+    for linked in ["proto", "sdk"] {
+        let link = dir.join(linked);
+        if !link.exists() {
+            std::os::unix::fs::symlink(Path::new(env!("CARGO_MANIFEST_DIR")).join(linked), &link)
+                .unwrap();
+        }
     }
-    // Done before, from the protos as they are now (stubs made from older protos
-    // would lack new fields).
+    // Done before, from the protos and the library as they are now (stubs made from
+    // older protos would lack new fields).
     if fresh(&dir.join(done)) {
         return true;
     }
@@ -124,14 +133,16 @@ fn set_up(dir: &Path, setup: &str, done: &str) -> bool {
     true
 }
 
-/// Whether `made` exists and is newer than every file of `proto/`.
+/// Whether `made` exists and is newer than every file of `proto/` and of the Python
+/// library's sources.
 fn fresh(made: &Path) -> bool {
     let Ok(made) = std::fs::metadata(made).and_then(|m| m.modified()) else {
         return false;
     };
-    let protos = Path::new(env!("CARGO_MANIFEST_DIR")).join("proto/turnstile/v1");
-    std::fs::read_dir(protos)
-        .expect("proto dir")
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    ["proto/turnstile/v1", "sdk/python", "sdk/python/turnstile_client"]
+        .iter()
+        .flat_map(|dir| std::fs::read_dir(root.join(dir)).expect("a source dir"))
         .filter_map(|entry| entry.ok()?.metadata().ok()?.modified().ok())
         .all(|changed| changed <= made)
 }
@@ -154,6 +165,7 @@ fn run_example(
         .arg(&file)
         .current_dir(dir)
         .env("TURNSTILE_ADDR", addr)
+        .env("TURNSTILE_SERVER", format!("http://{addr}"))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -212,12 +224,12 @@ struct Guide {
     _redis: TestRedis,
 }
 
-/// Sets up a guide from the set-up block containing `needle` in `target/tmp/<name>`
-/// (unless `done` exists there from an earlier run) and starts a server; `None` when
-/// the guide's tools are missing.
-async fn prepare(needle: &str, name: &str, done: &'static str) -> Option<Guide> {
+/// Sets up a guide from the set-up blocks containing `needles`, in that order, in
+/// `target/tmp/<name>` (unless `done` exists there from an earlier run) and starts a
+/// server; `None` when the guide's tools are missing.
+async fn prepare(needles: &[&str], name: &str, done: &'static str) -> Option<Guide> {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let setup = setup_block(needle).code;
+    let setup: String = needles.iter().map(|n| setup_block(n).code).collect();
     let ready = tokio::task::spawn_blocking({
         let dir = dir.clone();
         move || set_up(&dir, &setup, done)
@@ -236,15 +248,17 @@ async fn prepare(needle: &str, name: &str, done: &'static str) -> Option<Guide> 
     })
 }
 
-/// The Python set-up block, found by this command.
+/// The Python set-up block (a venv with the library), found by this command.
 const PYTHON_SETUP: &str = "python3 -m venv";
+/// The set-up block of the raw Python stubs, found by this command.
+const PYTHON_STUBS_SETUP: &str = "grpc_tools.protoc";
 /// The Node set-up block, found by this command.
 const NODE_SETUP: &str = "npm install";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_examples_run_as_printed() -> TestResult {
     let Some(guide) = prepare(
-        PYTHON_SETUP,
+        &[PYTHON_SETUP, PYTHON_STUBS_SETUP],
         "python-guide",
         "gen/turnstile/v1/semaphore_pb2_grpc.py",
     )
@@ -261,6 +275,19 @@ async fn the_python_examples_run_as_printed() -> TestResult {
         // What shows that an example which never ends works.
         let until = if block.code.contains("locks.Hold(") {
             Some("leader with fencing token")
+        } else if block.code.contains("client.campaign(") {
+            Some("leading with fencing token")
+        } else if block.code.contains(".worker(") && block.code.contains(".run()") {
+            // A library worker serves until stopped: until it has handled a task that
+            // the page enqueued.
+            [
+                ("welcome-42", "sending welcome-42"),
+                ("\"signups\"", "sending welcome-ada"),
+                ("\"images\"", "resizing cat.png"),
+            ]
+            .iter()
+            .find(|(queue, _)| block.code.contains(queue))
+            .map(|(_, wanted)| *wanted)
         } else if block.code.contains("queues.Subscribe(") {
             // A task for it to send, enqueued now: a polling worker run before it
             // would have taken one enqueued earlier.
@@ -347,8 +374,7 @@ async fn the_python_examples_run_as_printed() -> TestResult {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_node_example_runs_as_printed() -> TestResult {
-    let Some(guide) = prepare(
-        NODE_SETUP,
+    let Some(guide) = prepare(&[NODE_SETUP],
         "node-guide",
         "node_modules/@grpc/proto-loader/package.json",
     )
@@ -453,7 +479,11 @@ async fn run_shell(dir: &Path, block: &Block, server: &str, until: Option<&str>)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_shell_blocks_run_as_printed() -> TestResult {
     // The guides' set-up blocks are run by the guide tests above.
-    let setups = [setup_block(PYTHON_SETUP), setup_block(NODE_SETUP)];
+    let setups = [
+        setup_block(PYTHON_SETUP),
+        setup_block(PYTHON_STUBS_SETUP),
+        setup_block(NODE_SETUP),
+    ];
     let blocks: Vec<Block> = blocks("sh")
         .into_iter()
         .filter(|block| !setups.contains(block))
