@@ -149,14 +149,16 @@ class Lease:
         if self._released:
             return False
         self._released = True
-        self._keeper.cancel()
         freed = False
+        # Release first, then close the stream: closing it frees the lease too, and a
+        # close that won the race would make the Release answer false.
         if self.lost_reason is None:
             try:
                 freed = await self._kind.release(self._rpc, self.token)
             except TurnstileError as err:
                 # Closing the stream below frees it too once the server sees the close.
                 log.warning("release of %s failed: %s", self.name, err)
+        self._keeper.cancel()
         self._call.cancel()
         return freed
 
@@ -214,7 +216,7 @@ class Lease:
     async def _reattach(self) -> Any:
         """A new stream holding the same lease, or None (lost) once its end passed."""
         attempt = 0
-        while True:
+        while not self._released:
             left = self._ends - time.monotonic()
             if left <= 0:
                 self._lose("the lease ran out while no replica answered")
@@ -239,6 +241,7 @@ class Lease:
             self._renewed(first.acquired.expires_at)
             log.info("hold of %s re-attached (fencing token %d)", self.name, self.fencing_token)
             return call
+        return None
 
 
 async def acquire(rpc: Rpc, kind: HoldKind, wait: Optional[float]) -> Optional[Any]:
