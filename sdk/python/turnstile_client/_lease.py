@@ -21,7 +21,7 @@ import grpc.aio
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from ._convert import instant
-from ._rpc import RETRY, Rpc
+from ._rpc import FINAL, RETRY, Rpc
 from .errors import LeaseLost, TurnstileError, from_rpc_error
 from .v1 import lock_pb2, semaphore_pb2
 
@@ -30,16 +30,6 @@ log = logging.getLogger("turnstile_client")
 MAX_WAIT = 3600.0
 """The longest wait one Hold takes (the server's bound); longer waits re-ask."""
 
-# A stream that fails with one of these will not succeed by asking again.
-_FINAL = frozenset(
-    {
-        grpc.StatusCode.INVALID_ARGUMENT,
-        grpc.StatusCode.UNAUTHENTICATED,
-        grpc.StatusCode.PERMISSION_DENIED,
-        grpc.StatusCode.FAILED_PRECONDITION,
-        grpc.StatusCode.UNIMPLEMENTED,
-    }
-)
 
 
 class HoldKind(Protocol):
@@ -205,7 +195,7 @@ class Lease:
             except grpc.aio.AioRpcError as err:
                 if self._released:
                     return
-                if err.code() in _FINAL:
+                if err.code() in FINAL:
                     self._lose(str(from_rpc_error(err)))
                     return
                 log.info("hold stream of %s cut (%s); re-attaching", self.name, err.code().name)
@@ -227,7 +217,7 @@ class Lease:
             try:
                 first = await _first_event(call)
             except grpc.aio.AioRpcError as err:
-                if err.code() in _FINAL:
+                if err.code() in FINAL:
                     self._lose(str(from_rpc_error(err)))
                     return None
                 await asyncio.sleep(min(RETRY.delay(attempt), max(0.0, left)))
@@ -255,7 +245,7 @@ async def acquire(rpc: Rpc, kind: HoldKind, wait: Optional[float]) -> Optional[A
         try:
             first = await _first_event(call)
         except grpc.aio.AioRpcError as err:
-            if err.code() in _FINAL or (end is not None and time.monotonic() >= end):
+            if err.code() in FINAL or (end is not None and time.monotonic() >= end):
                 raise from_rpc_error(err) from None
             attempt += 1
             await asyncio.sleep(RETRY.delay(attempt))

@@ -26,6 +26,18 @@ deadline of its own (seconds)."""
 # was not applied, or applying it again is made harmless by the library's ids.
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE})
 
+# A stream that fails with one of these will not succeed by opening it again; any other
+# failure of a long-lived stream (Hold, Subscribe) is a cut, and the stream re-opens.
+FINAL = frozenset(
+    {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.UNAUTHENTICATED,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.UNIMPLEMENTED,
+    }
+)
+
 
 @dataclass(frozen=True)
 class Backoff:

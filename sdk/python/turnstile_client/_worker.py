@@ -27,7 +27,7 @@ import grpc
 import grpc.aio
 
 from ._convert import DurationLike, seconds
-from ._rpc import RETRY, Backoff, Rpc
+from ._rpc import FINAL, RETRY, Backoff, Rpc
 from .errors import TurnstileError, from_rpc_error
 from .types import Retry, Task
 from .v1 import queue_pb2
@@ -37,14 +37,6 @@ log = logging.getLogger("turnstile_client")
 ACK_BATCH = 64
 """The most receipts one Ack carries."""
 
-_FINAL = frozenset(
-    {
-        grpc.StatusCode.INVALID_ARGUMENT,
-        grpc.StatusCode.UNAUTHENTICATED,
-        grpc.StatusCode.PERMISSION_DENIED,
-        grpc.StatusCode.UNIMPLEMENTED,
-    }
-)
 
 Handler = Callable[[Task], Any]
 
@@ -223,7 +215,7 @@ class Worker:
                     if message.WhichOneof("event") == "task":
                         self._deliver(message.task)
             except grpc.aio.AioRpcError as err:
-                if err.code() in _FINAL:
+                if err.code() in FINAL:
                     raise from_rpc_error(err) from None
                 log.info("subscribe stream of %s cut (%s); re-attaching", self.queue, err.code().name)
             finally:
