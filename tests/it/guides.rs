@@ -140,11 +140,17 @@ fn fresh(made: &Path) -> bool {
         return false;
     };
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    ["proto/turnstile/v1", "sdk/python", "sdk/python/turnstile_client"]
-        .iter()
-        .flat_map(|dir| std::fs::read_dir(root.join(dir)).expect("a source dir"))
-        .filter_map(|entry| entry.ok()?.metadata().ok()?.modified().ok())
-        .all(|changed| changed <= made)
+    [
+        "proto/turnstile/v1",
+        "sdk/python",
+        "sdk/python/turnstile_client",
+        "sdk/typescript",
+        "sdk/typescript/src",
+    ]
+    .iter()
+    .flat_map(|dir| std::fs::read_dir(root.join(dir)).expect("a source dir"))
+    .filter_map(|entry| entry.ok()?.metadata().ok()?.modified().ok())
+    .all(|changed| changed <= made)
 }
 
 /// Runs one example, `command` given its file (written into `dir` as `example_<line>`
@@ -252,6 +258,8 @@ async fn prepare(needles: &[&str], name: &str, done: &'static str) -> Option<Gui
 const PYTHON_SETUP: &str = "python3 -m venv";
 /// The set-up block of the raw Python stubs, found by this command.
 const PYTHON_STUBS_SETUP: &str = "grpc_tools.protoc";
+/// The TypeScript library's set-up block, found by this argument.
+const TYPESCRIPT_SETUP: &str = "./sdk/typescript";
 /// The Node set-up block, found by this command.
 const NODE_SETUP: &str = "npm install";
 
@@ -373,8 +381,69 @@ async fn the_python_examples_run_as_printed() -> TestResult {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_typescript_examples_run_as_printed() -> TestResult {
+    let Some(guide) = prepare(
+        &[TYPESCRIPT_SETUP],
+        "typescript-guide",
+        "node_modules/@turnstile/client/dist/index.js",
+    )
+    .await
+    else {
+        return Ok(());
+    };
+    let examples = blocks("ts");
+    assert!(
+        examples.len() >= 5,
+        "the TypeScript examples went missing: {examples:?}"
+    );
+    // Each example compiled as printed, with the library's own TypeScript, then run.
+    let sdk = Path::new(env!("CARGO_MANIFEST_DIR")).join("sdk/typescript/node_modules");
+    let compile_and_run = format!(
+        "set -e; node {tsc} --module nodenext --moduleResolution nodenext --target es2022 \\
+         --strict --skipLibCheck --types node --typeRoots {types} --outDir out \"$1\"; \\
+         exec node \"out/$(basename \"$1\" .ts).js\"",
+        tsc = sdk.join("typescript/bin/tsc").display(),
+        types = sdk.join("@types").display(),
+    );
+    let mut all = Vec::new();
+    for block in examples {
+        let until = if block.code.contains("client.campaign(") {
+            Some("leader now:")
+        } else if block.code.contains("await worker.run(); // until SIGTERM") {
+            Some("sending welcome-ada")
+        } else {
+            None
+        };
+        let dir = guide.dir.clone();
+        let addr = guide.server.addr.to_string();
+        let script = compile_and_run.clone();
+        let printed = tokio::task::spawn_blocking(move || {
+            let mut command = Command::new("bash");
+            command.args(["-c", &script, "example"]);
+            run_example(command, &dir, &block, "ts", &addr, until)
+        })
+        .await?;
+        all.extend(printed);
+    }
+    let printed = all.join("\n");
+    for wanted in [
+        "selling one phone under fencing token",
+        "free again: true",
+        "leader now: node-a",
+        "enqueued welcome-ada created true",
+        "drained after [ 'thumb-0', 'thumb-1', 'thumb-2' ]",
+        "refused: queue",
+        "someone else is reporting",
+    ] {
+        assert!(printed.contains(wanted), "no {wanted:?} in {printed}");
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_node_example_runs_as_printed() -> TestResult {
-    let Some(guide) = prepare(&[NODE_SETUP],
+    let Some(guide) = prepare(
+        &[NODE_SETUP],
         "node-guide",
         "node_modules/@grpc/proto-loader/package.json",
     )
@@ -483,6 +552,7 @@ async fn the_shell_blocks_run_as_printed() -> TestResult {
         setup_block(PYTHON_SETUP),
         setup_block(PYTHON_STUBS_SETUP),
         setup_block(NODE_SETUP),
+        setup_block(TYPESCRIPT_SETUP),
     ];
     let blocks: Vec<Block> = blocks("sh")
         .into_iter()

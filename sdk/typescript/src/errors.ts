@@ -1,0 +1,98 @@
+/**
+ * Typed errors: a non-OK gRPC status becomes one of these, carrying the code and the
+ * server's message (which names the field for INVALID_ARGUMENT). `NotAcquired` and
+ * `LeaseLost` are outcomes of this library's own calls, not statuses.
+ */
+import { status as Status } from "@grpc/grpc-js";
+
+/** Any error this library raises; `code` is the gRPC status (undefined for the library's own outcomes). */
+export class TurnstileError extends Error {
+  readonly code: Status | undefined;
+  constructor(message: string, code?: Status) {
+    super(code === undefined ? message : `${Status[code]}: ${message}`);
+    this.name = new.target.name;
+    this.code = code;
+    this.details = message;
+  }
+  /** The server's words alone (for INVALID_ARGUMENT they start with the field's name). */
+  readonly details: string;
+}
+
+export class InvalidArgument extends TurnstileError {
+  constructor(message: string) {
+    super(message, Status.INVALID_ARGUMENT);
+  }
+}
+export class Unauthenticated extends TurnstileError {
+  constructor(message: string) {
+    super(message, Status.UNAUTHENTICATED);
+  }
+}
+export class PermissionDenied extends TurnstileError {
+  constructor(message: string) {
+    super(message, Status.PERMISSION_DENIED);
+  }
+}
+export class NotFound extends TurnstileError {
+  constructor(message: string) {
+    super(message, Status.NOT_FOUND);
+  }
+}
+export class FailedPrecondition extends TurnstileError {
+  constructor(message: string) {
+    super(message, Status.FAILED_PRECONDITION);
+  }
+}
+export class ResourceExhausted extends TurnstileError {
+  constructor(message: string) {
+    super(message, Status.RESOURCE_EXHAUSTED);
+  }
+}
+export class Unavailable extends TurnstileError {
+  constructor(message: string) {
+    super(message, Status.UNAVAILABLE);
+  }
+}
+export class DeadlineExceeded extends TurnstileError {
+  constructor(message: string) {
+    super(message, Status.DEADLINE_EXCEEDED);
+  }
+}
+
+/** `lock`, `semaphore` or `campaign` waited for `wait` and did not get it. */
+export class NotAcquired extends TurnstileError {
+  constructor(readonly lockName: string) {
+    super(`${lockName}: not acquired`);
+  }
+}
+
+/** A lease (lock, permit, leadership) ended while its holder still used it. */
+export class LeaseLost extends TurnstileError {
+  constructor(
+    readonly lockName: string,
+    readonly reason: string,
+  ) {
+    super(`${lockName}: lease lost: ${reason}`);
+  }
+}
+
+const byCode: Partial<Record<Status, new (message: string) => TurnstileError>> = {
+  [Status.INVALID_ARGUMENT]: InvalidArgument,
+  [Status.UNAUTHENTICATED]: Unauthenticated,
+  [Status.PERMISSION_DENIED]: PermissionDenied,
+  [Status.NOT_FOUND]: NotFound,
+  [Status.FAILED_PRECONDITION]: FailedPrecondition,
+  [Status.RESOURCE_EXHAUSTED]: ResourceExhausted,
+  [Status.UNAVAILABLE]: Unavailable,
+  [Status.DEADLINE_EXCEEDED]: DeadlineExceeded,
+};
+
+/** The typed error for a failed call. */
+export function fromGrpcError(err: unknown): TurnstileError {
+  if (err instanceof TurnstileError) return err;
+  const e = err as { code?: Status; details?: string; message?: string };
+  const code = typeof e.code === "number" ? e.code : Status.UNKNOWN;
+  const details = e.details ?? e.message ?? String(err);
+  const cls = byCode[code];
+  return cls ? new cls(details) : new TurnstileError(details, code);
+}

@@ -1,0 +1,323 @@
+/**
+ * The worker: one `Subscribe` stream, up to `concurrency` handlers at once, acks
+ * coalesced, leases extended for long handlers, the stream re-attached by `workerId`
+ * after a cut, and a drain that finishes what runs and acks nothing unfinished.
+ *
+ * The drain holds acks and nacks until the stream is closed: each one frees a slot the
+ * server would fill with a new delivery that the draining worker must give back (an
+ * attempt spent for nothing). Receipts stay valid after the close (the deliveries stay
+ * leased to the `workerId` for the server's `--reattach-grace`), so the held acks and
+ * nacks go right after it, and deliveries never started go back at once with a Nack.
+ */
+import type * as grpc from "@grpc/grpc-js";
+import { randomBytes } from "node:crypto";
+import { hostname } from "node:os";
+
+import { Backoff, RETRY, duration, millis, sleep, type DurationLike } from "./convert.js";
+import { fromGrpcError } from "./errors.js";
+import { FINAL, type Message, type Rpc } from "./rpc.js";
+import { Retry, Task } from "./types.js";
+
+/** The most receipts one Ack carries. */
+export const ACK_BATCH = 64;
+
+export type Handler = (task: Task) => unknown;
+
+/** Callbacks for the user's metrics and logs. */
+export interface WorkerHooks {
+  onStart?: (task: Task) => void;
+  onSuccess?: (task: Task) => void;
+  onFailure?: (task: Task, error: unknown) => void;
+  onRetry?: (task: Task, delayMs: number) => void;
+  onDead?: (task: Task, error: unknown) => void;
+}
+
+export interface WorkerOptions {
+  concurrency?: number;
+  visibility?: DurationLike;
+  workerId?: string;
+  backoff?: Backoff;
+  drainTimeout?: DurationLike;
+  hooks?: WorkerHooks;
+  /** Drain on SIGTERM and SIGINT (default true). */
+  handleSignals?: boolean;
+}
+
+/** `<host>-<pid>-<random>`: stable for the worker's life, unique across processes. */
+export function defaultWorkerId(): string {
+  return `${hostname()}-${process.pid}-${randomBytes(3).toString("hex")}`;
+}
+
+interface Run {
+  task: Task;
+  controller: AbortController;
+  done: Promise<void>;
+  lost: boolean;
+}
+
+/** Receipts to ack, sent as soon as no Ack is in flight (at most ACK_BATCH each). */
+class Acks {
+  pending: string[] = [];
+  held = false;
+  private sending: Promise<void> | undefined;
+
+  constructor(
+    private readonly rpc: Rpc,
+    private readonly queue: string,
+  ) {}
+
+  add(receipt: string): void {
+    this.pending.push(receipt);
+    if (!this.held && !this.sending) this.sending = this.send();
+  }
+
+  private async send(): Promise<void> {
+    while (this.pending.length && !this.held) {
+      const batch = this.pending.slice(0, ACK_BATCH);
+      try {
+        await this.rpc.call(this.rpc.queues, "Ack", { queue: this.queue, receipts: batch });
+      } catch {
+        // Unacked deliveries come back when their leases end: at least once, not lost.
+      }
+      // Receipts added while the Ack was in flight stay for the next one.
+      this.pending.splice(0, batch.length);
+    }
+    this.sending = undefined;
+  }
+
+  /** Sends everything pending (also what was held) and waits until it is sent. */
+  async flush(): Promise<void> {
+    this.held = false;
+    if (this.sending) await this.sending;
+    if (this.pending.length) {
+      this.sending = this.send();
+      await this.sending;
+    }
+  }
+}
+
+/** Runs `handler` on the queue's tasks; `run()` until `stop()` (or SIGTERM/SIGINT), then drains. */
+export class Worker {
+  readonly workerId: string;
+  readonly concurrency: number;
+  private readonly visibility: number;
+  private readonly backoff: Backoff;
+  private readonly drainTimeout: number;
+  private readonly hooks: WorkerHooks;
+  private readonly handleSignals: boolean;
+  private readonly stopController = new AbortController();
+  private readonly running = new Map<string, Run>();
+  private readonly cut = new Set<string>();
+  private readonly unstarted: string[] = [];
+  private readonly heldNacks: [string, number][] = [];
+  private draining = false;
+  private acks: Acks;
+  private call: grpc.ClientReadableStream<Message> | undefined;
+
+  constructor(
+    private readonly rpc: Rpc,
+    readonly queue: string,
+    private readonly handler: Handler,
+    options: WorkerOptions = {},
+  ) {
+    this.concurrency = options.concurrency ?? 1;
+    if (this.concurrency < 1) throw new RangeError("concurrency: must be at least 1");
+    this.visibility = millis(options.visibility ?? "30s", "visibility");
+    this.workerId = options.workerId ?? defaultWorkerId();
+    this.backoff = options.backoff ?? new Backoff();
+    this.drainTimeout = millis(options.drainTimeout ?? "30s", "drainTimeout");
+    this.hooks = options.hooks ?? {};
+    this.handleSignals = options.handleSignals ?? true;
+    this.acks = new Acks(rpc, queue);
+  }
+
+  /** Asks `run()` to drain and return. */
+  stop(): void {
+    this.stopController.abort();
+  }
+
+  /** `stop()`, then waits for the drain. */
+  async close(): Promise<void> {
+    this.stop();
+    await this.finished;
+  }
+
+  private finished: Promise<void> = Promise.resolve();
+
+  /**
+   * Works the queue until `stop()`, then drains: takes nothing new, lets running
+   * handlers finish within `drainTimeout`, sends their acks, closes the stream and
+   * gives back what did not finish. Rejects with the typed error of a stream the server
+   * refused (a bad queue name, a wrong token).
+   */
+  run(): Promise<void> {
+    this.finished = this.work();
+    return this.finished;
+  }
+
+  private async work(): Promise<void> {
+    const onSignal = () => this.stop();
+    if (this.handleSignals) {
+      process.on("SIGTERM", onSignal);
+      process.on("SIGINT", onSignal);
+    }
+    try {
+      const stopped = new Promise<void>((resolve) => {
+        if (this.stopController.signal.aborted) resolve();
+        this.stopController.signal.addEventListener("abort", () => resolve(), { once: true });
+      });
+      const consuming = this.consume();
+      await Promise.race([consuming, stopped]);
+      await this.drain();
+      await consuming;
+    } finally {
+      if (this.handleSignals) {
+        process.off("SIGTERM", onSignal);
+        process.off("SIGINT", onSignal);
+      }
+      for (const run of this.running.values()) run.controller.abort(new Error("worker stopped"));
+    }
+  }
+
+  private async consume(): Promise<void> {
+    for (let attempt = 1; !this.draining; attempt++) {
+      const call: grpc.ClientReadableStream<Message> = this.rpc.queues.Subscribe(
+        {
+          queue: this.queue,
+          max_in_flight: this.concurrency,
+          worker_id: this.workerId,
+          visibility: duration(this.visibility),
+        },
+        this.rpc.metadata(),
+      );
+      this.call = call;
+      try {
+        for await (const message of call) {
+          attempt = 1;
+          if (message.event === "task") this.deliver(message.task);
+        }
+      } catch (err) {
+        if (this.draining) return;
+        if (FINAL.has((err as grpc.ServiceError).code)) {
+          this.stop();
+          throw fromGrpcError(err);
+        }
+      }
+      if (this.draining) return;
+      await sleep(RETRY.delay(attempt));
+    }
+  }
+
+  private deliver(wire: Message): void {
+    const receipt: string = wire.receipt;
+    if (this.running.has(receipt) || this.acks.pending.includes(receipt) || this.cut.has(receipt)) {
+      return; // a re-attached stream sends its kept deliveries again
+    }
+    if (this.draining) {
+      this.unstarted.push(receipt);
+      return;
+    }
+    const controller = new AbortController();
+    const run: Run = { task: new Task(wire, this.queue, controller.signal), controller, done: Promise.resolve(), lost: false };
+    this.running.set(receipt, run);
+    run.done = this.handle(run);
+  }
+
+  private async handle(run: Run): Promise<void> {
+    const { task } = run;
+    const extender = new AbortController();
+    void this.extend(run, extender.signal);
+    this.hook(this.hooks.onStart, task);
+    try {
+      let outcome: { ok: true } | { ok: false; error: unknown };
+      try {
+        await this.handler(task);
+        outcome = { ok: true };
+      } catch (error) {
+        outcome = { ok: false, error };
+      }
+      if (run.lost || this.cut.has(task.receipt)) return; // its lease is gone or the drain gave it back
+      if (outcome.ok) {
+        this.acks.add(task.receipt);
+        this.hook(this.hooks.onSuccess, task);
+        return;
+      }
+      const error = outcome.error;
+      const delay = error instanceof Retry ? millis(error.delay, "delay") : this.backoff.delay(task.attempt);
+      if (error instanceof Retry) this.hook(this.hooks.onRetry, task, delay);
+      this.hook(this.hooks.onFailure, task, error);
+      if (this.draining) {
+        this.heldNacks.push([task.receipt, delay]);
+        return;
+      }
+      if (await this.nack(task.receipt, delay)) this.hook(this.hooks.onDead, task, error);
+    } finally {
+      extender.abort();
+      this.running.delete(task.receipt);
+    }
+  }
+
+  private async nack(receipt: string, delay: number): Promise<boolean> {
+    try {
+      const reply = await this.rpc.call(this.rpc.queues, "Nack", { queue: this.queue, receipt, delay: duration(delay) });
+      return reply.dead;
+    } catch {
+      return false; // the delivery comes back when its lease ends
+    }
+  }
+
+  /** Extends the lease at two thirds of `visibility`, again and again; a stale receipt aborts the handler's signal. */
+  private async extend(run: Run, stop: AbortSignal): Promise<void> {
+    const every = (this.visibility * 2) / 3;
+    for (;;) {
+      try {
+        await sleep(every, stop);
+      } catch {
+        return;
+      }
+      try {
+        const reply = await this.rpc.call(
+          this.rpc.queues,
+          "ExtendLease",
+          { queue: this.queue, receipt: run.task.receipt, visibility: duration(this.visibility) },
+          this.visibility / 3,
+        );
+        if (!reply.extended) {
+          run.lost = true;
+          run.controller.abort(new Error("the task's lease was lost"));
+          return;
+        }
+      } catch {
+        // Tried again at the next turn; the lease lasts a third of visibility more.
+      }
+    }
+  }
+
+  private async drain(): Promise<void> {
+    this.draining = true;
+    this.acks.held = true;
+    const runs = [...this.running.values()];
+    if (runs.length) {
+      let timer: NodeJS.Timeout | undefined;
+      const timeout = new Promise<void>((resolve) => (timer = setTimeout(resolve, this.drainTimeout)));
+      await Promise.race([Promise.all(runs.map((r) => r.done)), timeout]);
+      clearTimeout(timer);
+      for (const run of this.running.values()) {
+        this.cut.add(run.task.receipt);
+        run.controller.abort(new Error("the worker's drain ran out of time"));
+      }
+    }
+    this.call?.cancel();
+    await this.acks.flush();
+    const back: [string, number][] = [...this.unstarted, ...this.cut].map((r) => [r, 0]);
+    await Promise.all([...back, ...this.heldNacks].map(([r, d]) => this.nack(r, d)));
+  }
+
+  private hook<A extends unknown[]>(hook: ((...args: A) => void) | undefined, ...args: A): void {
+    try {
+      hook?.(...args);
+    } catch {
+      // a user's hook must not stop the worker
+    }
+  }
+}
