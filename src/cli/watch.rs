@@ -1,10 +1,10 @@
 //! `turnstile watch NAME`: a lock's holder now, then each change (a new holder, the end
 //! of a lease), one line each, or one JSON object each with `--json`, until
-//! interrupted. A stream the server ends (its shutdown, a connection's age) is opened
+//! SIGINT or SIGTERM, which end it with exit status 0. A stream the server ends (its shutdown, a connection's age) is opened
 //! again, on whichever replica answers; the first message of the new stream is the
 //! state then, so nothing is missed but intermediate holders.
 
-use std::time::Duration;
+use std::{process::ExitCode, time::Duration};
 
 use clap::Args;
 use serde_json::json;
@@ -15,6 +15,7 @@ use turnstile::pb::{self, watch_response::Event};
 use super::{
     client::{ClientArgs, Outcome},
     output::rfc3339,
+    run::StopSignals,
 };
 
 /// `turnstile watch`.
@@ -50,9 +51,17 @@ fn line(event: &Event, json: bool) -> Option<String> {
     })
 }
 
-/// Prints the lock's changes until interrupted (or a call fails other than by the
-/// server going away).
+/// Prints the lock's changes until SIGINT or SIGTERM (exit 0), or a call fails other
+/// than by the server going away.
 pub async fn run(args: WatchArgs) -> Outcome {
+    let mut stops = StopSignals::install()?;
+    tokio::select! {
+        outcome = watch(args) => outcome,
+        _ = stops.next() => Ok(ExitCode::SUCCESS),
+    }
+}
+
+async fn watch(args: WatchArgs) -> Outcome {
     let mut client = args.client.connect()?;
     loop {
         let opened = client

@@ -992,6 +992,33 @@ async fn watch_prints_the_holder_now_and_each_change_as_json() -> TestResult {
     assert_eq!(events[1]["fencing_token"], won.fencing_token);
     assert_eq!(events[2]["event"], "free");
     assert_eq!(events[2]["fencing_token"], won.fencing_token);
-    child.kill().await?;
+    // The contract's table: it runs until SIGINT/SIGTERM, then exits 0.
+    signal(&child, libc::SIGINT);
+    assert_eq!(
+        child.wait().await?.code(),
+        Some(0),
+        "exit status after SIGINT"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_ends_with_status_zero_on_sigterm() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut child = cli(&server)
+        .args(["watch", "primary"])
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let lines = Lines::follow(child.stdout.take().unwrap());
+    lines
+        .wait_for("the state now", |lines| lines.len() == 1)
+        .await;
+    signal(&child, libc::SIGTERM);
+    assert_eq!(
+        child.wait().await?.code(),
+        Some(0),
+        "exit status after SIGTERM"
+    );
     Ok(())
 }
