@@ -39,8 +39,25 @@ pub struct EnqueueArgs {
     /// 0-9: higher is delivered first within its group.
     #[arg(long, default_value_t = 0)]
     pub priority: u32,
+    /// Deliveries before the task goes DEAD; 0: the server's default (25).
+    #[arg(long, default_value_t = 0)]
+    pub max_attempts: u32,
+    /// After the task is acked or cancelled its id stays reserved this long (like 1h).
+    #[arg(long, value_parser = parse_duration)]
+    pub dedupe_window: Option<Duration>,
+    /// What an id already in the queue gets: keep it, or replace its payload and
+    /// schedule (a DELAYED, READY or DEAD task).
+    #[arg(long, value_enum, default_value_t = OnDuplicate::Keep)]
+    pub on_duplicate: OnDuplicate,
     #[command(flatten)]
     pub client: ClientArgs,
+}
+
+/// `enqueue --on-duplicate`.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum OnDuplicate {
+    Keep,
+    Replace,
 }
 
 /// A payload argument: the text given, or stdin for `-` or none.
@@ -78,7 +95,14 @@ pub async fn enqueue(args: EnqueueArgs) -> Outcome {
                 schedule,
                 group: args.group,
                 priority: args.priority,
-                ..Default::default()
+                max_attempts: args.max_attempts,
+                dedupe_window: args
+                    .dedupe_window
+                    .and_then(|window| prost_types::Duration::try_from(window).ok()),
+                on_duplicate: match args.on_duplicate {
+                    OnDuplicate::Keep => pb::DuplicatePolicy::Keep,
+                    OnDuplicate::Replace => pb::DuplicatePolicy::Replace,
+                } as i32,
             }],
         })
         .await?
@@ -94,12 +118,13 @@ pub async fn enqueue(args: EnqueueArgs) -> Outcome {
             json!({
                 "id": result.id,
                 "created": result.created,
+                "replaced": result.replaced,
                 "due_at": rfc3339(result.due_at.as_ref()),
             })
         );
     } else {
         println!("{}", result.id);
-        if !result.created {
+        if !result.created && !result.replaced {
             eprintln!("turnstile: not created: a task with this id is already in the queue (or its id is held by a dedupe window)");
         }
     }
@@ -175,6 +200,8 @@ pub async fn stats(args: StatsArgs) -> Outcome {
                     "PAUSED",
                     "MAX_IN_FLIGHT",
                     "RATE",
+                    "GROUP_MAX_IN_FLIGHT",
+                    "GROUP_RATE",
                 ],
                 &rows,
             );

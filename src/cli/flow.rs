@@ -85,8 +85,9 @@ pub fn config_json(config: Option<&pb::QueueConfig>) -> Value {
     })
 }
 
-/// The config's table cells: PAUSED, MAX_IN_FLIGHT, RATE.
-pub fn config_cells(config: Option<&pb::QueueConfig>) -> [String; 3] {
+/// The config's table cells: PAUSED, MAX_IN_FLIGHT, RATE, GROUP_MAX_IN_FLIGHT,
+/// GROUP_RATE.
+pub fn config_cells(config: Option<&pb::QueueConfig>) -> [String; 5] {
     let config = config.cloned().unwrap_or_default();
     let cap = |n: u32| {
         if n == 0 {
@@ -99,6 +100,8 @@ pub fn config_cells(config: Option<&pb::QueueConfig>) -> [String; 3] {
         if config.paused { "yes" } else { "no" }.to_owned(),
         cap(config.max_in_flight),
         rate_text(config.rate_limit.as_ref()),
+        cap(config.group_max_in_flight),
+        rate_text(config.group_rate_limit.as_ref()),
     ]
 }
 
@@ -171,6 +174,8 @@ pub async fn queues(args: QueuesArgs) -> Outcome {
                     "PAUSED",
                     "MAX_IN_FLIGHT",
                     "RATE",
+                    "GROUP_MAX_IN_FLIGHT",
+                    "GROUP_RATE",
                 ],
                 &rows
             )

@@ -143,6 +143,55 @@ fn json(line: &str) -> serde_json::Value {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enqueue_sets_attempts_replaces_duplicates_and_keeps_a_dedupe_window() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let (status, _, _) = output(cli(&server).args([
+        "enqueue",
+        "mail",
+        "--id",
+        "m",
+        "--max-attempts",
+        "3",
+        "first",
+    ]))
+    .await;
+    assert!(status.success());
+    let ready = peek(&server, "mail", TaskState::Ready).await?;
+    assert_eq!(ready[0].max_attempts, 3);
+    // --on-duplicate replace: the READY task takes the new payload.
+    let (status, out, _) = output(cli(&server).args([
+        "enqueue",
+        "mail",
+        "--id",
+        "m",
+        "--on-duplicate",
+        "replace",
+        "--max-attempts",
+        "3",
+        "--json",
+        "second",
+    ]))
+    .await;
+    assert!(status.success());
+    assert_eq!(json(out.trim())["replaced"], true);
+    let ready = peek(&server, "mail", TaskState::Ready).await?;
+    assert_eq!(ready[0].payload.as_ref(), b"second");
+    // --dedupe-window: after a cancel the id stays reserved.
+    output(cli(&server).args(["enqueue", "mail", "--id", "d", "--dedupe-window", "1h", "x"])).await;
+    output(cli(&server).args(["cancel", "mail", "d"])).await;
+    let (status, out, _) =
+        output(cli(&server).args(["enqueue", "mail", "--id", "d", "--json", "x"])).await;
+    assert!(status.success());
+    assert_eq!(
+        json(out.trim())["created"],
+        false,
+        "the window holds the id"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enqueue_prints_the_id_taking_the_payload_from_the_argument_or_stdin() -> TestResult {
     let redis = TestRedis::start().await;
     let server = TestServer::start(&redis).await;
@@ -269,7 +318,9 @@ async fn stats_peek_cancel_and_redrive_print_tables_and_json() -> TestResult {
             "NEXT_DUE",
             "PAUSED",
             "MAX_IN_FLIGHT",
-            "RATE"
+            "RATE",
+            "GROUP_MAX_IN_FLIGHT",
+            "GROUP_RATE"
         ]
     );
     assert_eq!(columns(lines[1])[..5], ["orders", "2", "1", "0", "0"]);
@@ -378,7 +429,7 @@ async fn queues_pause_resume_limit_and_enqueue_into_groups_with_priorities() -> 
     let row: Vec<&str> = out.lines().nth(1).unwrap().split_whitespace().collect();
     assert_eq!(
         row,
-        ["orders", "3", "0", "0", "0", "yes", "5", "10/1s"],
+        ["orders", "3", "0", "0", "0", "yes", "5", "10/1s", "1", "-"],
         "{out}"
     );
     let (_, out, _) = output(&mut run(&["stats", "orders", "--json"])).await;
