@@ -18,46 +18,29 @@ export class TurnstileError extends Error {
   readonly details: string;
 }
 
-export class InvalidArgument extends TurnstileError {
-  constructor(message: string) {
-    super(message, Status.INVALID_ARGUMENT);
-  }
+/** A TurnstileError class for one status code. */
+function coded(code: Status) {
+  return class extends TurnstileError {
+    constructor(message: string) {
+      super(message, code);
+    }
+  };
 }
-export class Unauthenticated extends TurnstileError {
-  constructor(message: string) {
-    super(message, Status.UNAUTHENTICATED);
-  }
-}
-export class PermissionDenied extends TurnstileError {
-  constructor(message: string) {
-    super(message, Status.PERMISSION_DENIED);
-  }
-}
-export class NotFound extends TurnstileError {
-  constructor(message: string) {
-    super(message, Status.NOT_FOUND);
-  }
-}
-export class FailedPrecondition extends TurnstileError {
-  constructor(message: string) {
-    super(message, Status.FAILED_PRECONDITION);
-  }
-}
-export class ResourceExhausted extends TurnstileError {
-  constructor(message: string) {
-    super(message, Status.RESOURCE_EXHAUSTED);
-  }
-}
-export class Unavailable extends TurnstileError {
-  constructor(message: string) {
-    super(message, Status.UNAVAILABLE);
-  }
-}
-export class DeadlineExceeded extends TurnstileError {
-  constructor(message: string) {
-    super(message, Status.DEADLINE_EXCEEDED);
-  }
-}
+
+/** A field was refused; `details` starts with its name (`name: must be ...`). */
+export class InvalidArgument extends coded(Status.INVALID_ARGUMENT) {}
+/** No token, or one the server does not know. */
+export class Unauthenticated extends coded(Status.UNAUTHENTICATED) {}
+/** The token lacks the permission this call needs. */
+export class PermissionDenied extends coded(Status.PERMISSION_DENIED) {}
+export class NotFound extends coded(Status.NOT_FOUND) {}
+/** For example a semaphore asked with another `limit` than its live holders use. */
+export class FailedPrecondition extends coded(Status.FAILED_PRECONDITION) {}
+/** A server limit (`--max-streams`, `--max-waiters`, the message size) was reached. */
+export class ResourceExhausted extends coded(Status.RESOURCE_EXHAUSTED) {}
+/** No replica answered within the call's retry budget. */
+export class Unavailable extends coded(Status.UNAVAILABLE) {}
+export class DeadlineExceeded extends coded(Status.DEADLINE_EXCEEDED) {}
 
 /** `lock`, `semaphore` or `campaign` waited for `wait` and did not get it. */
 export class NotAcquired extends TurnstileError {
