@@ -16,7 +16,7 @@ from typing import Callable, Dict, List
 
 import pytest
 
-from harness import Redis, Server, eventually, free_port
+from harness import Redis, Server, eventually
 from turnstile_client import (
     Backoff,
     Client,
@@ -380,3 +380,19 @@ def test_12_tls_with_a_private_ca_and_a_token_from_the_environment(
     with Client() as client:
         with pytest.raises(Unauthenticated):
             client.queue("tls").stats()
+
+
+def test_watch_is_reopened_after_its_server_restarts(redis: Redis) -> None:
+    server = Server(redis)
+    try:
+        with Client(server.url) as client:
+            states = client.watch("watched")
+            assert not next(states).held
+            server.restart()
+            lease = client.lock("watched", ttl="5s", owner="after-restart")
+            state = next(states)
+            assert state.held and state.owner == "after-restart", state
+            assert state.fencing_token == lease.fencing_token
+            lease.release()
+    finally:
+        server.close()

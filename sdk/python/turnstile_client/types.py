@@ -6,7 +6,7 @@ import json
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 from ._convert import DurationLike, Payload, instant
 from .v1 import common_pb2, queue_pb2
@@ -166,5 +166,3 @@ class Retry(Exception):
         super().__init__(reason or f"retry after {delay}")
         self.delay = delay
 
-
-Handled = Union[None, bytes, str, Any]

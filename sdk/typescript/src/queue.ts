@@ -4,7 +4,7 @@
  */
 import { randomUUID } from "node:crypto";
 
-import { duration, instant, millis, payloadBytes, timestamp, type Payload, type DurationLike } from "./convert.js";
+import { duration, instant, millis, payloadBytes, timestamp, type Payload } from "./convert.js";
 import { InvalidArgument } from "./errors.js";
 import type { Message, Rpc } from "./rpc.js";
 import { STATE_WIRE, Task, type Enqueued, type QueueConfig, type RateLimit, type Stats, type TaskSpec, type TaskState } from "./types.js";

@@ -334,3 +334,19 @@ test("12: TLS with a private CA and a token from the environment", async () => {
     process.env = saved;
   }
 });
+
+test("watch is reopened after its server restarts", async () => {
+  const s = await server();
+  const c = client(s.url);
+  const stop = new AbortController();
+  const states = c.watch("watched", stop.signal);
+  assert.equal((await states.next()).value?.held, false);
+  await s.restart();
+  const lease = await c.lock("watched", { ttl: "5s", owner: "after-restart" });
+  const state = (await states.next()).value!;
+  assert.ok(state.held && state.owner === "after-restart", JSON.stringify(state, (_, v) => (typeof v === "bigint" ? String(v) : v)));
+  assert.equal(state.fencingToken, lease.fencingToken);
+  await lease.release();
+  stop.abort();
+  await states.return(undefined);
+});
