@@ -201,6 +201,17 @@ fn run_example(
     };
     if until.is_some() {
         let _ = child.kill();
+    } else {
+        // An example that should end but hangs (a docs race) fails the test in 120 s
+        // instead of holding CI until its limit.
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        while child.try_wait().expect("the example's status").is_none() {
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20)); // polling the process's state
+        }
     }
     let output = child.wait_with_output().expect("the example ran");
     if until.is_none() {
