@@ -6,7 +6,7 @@
 //! lease end, so a lease that expires lets the line move without every waiter waking.
 
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::{BTreeMap, HashMap},
     sync::{Arc, Mutex, MutexGuard, PoisonError},
 };
 
@@ -22,8 +22,12 @@ pub struct LocalLine {
 struct Inner {
     /// Each waiter's wake-up, by ticket.
     by_ticket: HashMap<String, Arc<Notify>>,
-    /// The tickets waiting here on each semaphore (by its key), in arrival order.
-    by_name: HashMap<String, VecDeque<String>>,
+    /// The tickets waiting here on each semaphore (by its key), by arrival number: the
+    /// first entry is the local head, and leaving costs O(log n) (a scanned queue made a
+    /// burst of giving-up waiters O(n²), as `lock/waiters.rs` says).
+    by_name: HashMap<String, BTreeMap<u64, String>>,
+    /// The next arrival number.
+    next: u64,
 }
 
 /// A waiter's place here; dropping it leaves and hands the local head on.
@@ -32,6 +36,8 @@ pub struct Place {
     line: Arc<LocalLine>,
     key: String,
     ticket: String,
+    /// Its arrival number, its key in `by_name`.
+    arrival: u64,
     wake: Arc<Notify>,
 }
 
@@ -41,15 +47,18 @@ impl LocalLine {
         let wake = Arc::new(Notify::new());
         let mut inner = self.lock();
         inner.by_ticket.insert(ticket.to_owned(), wake.clone());
+        let arrival = inner.next;
+        inner.next += 1;
         inner
             .by_name
             .entry(key.to_owned())
             .or_default()
-            .push_back(ticket.to_owned());
+            .insert(arrival, ticket.to_owned());
         Place {
             line: self.clone(),
             key: key.to_owned(),
             ticket: ticket.to_owned(),
+            arrival,
             wake,
         }
     }
@@ -84,8 +93,8 @@ impl Place {
         inner
             .by_name
             .get(&self.key)
-            .and_then(VecDeque::front)
-            .is_some_and(|head| *head == self.ticket)
+            .and_then(BTreeMap::first_key_value)
+            .is_some_and(|(&head, _)| head == self.arrival)
     }
 
     /// Completes when woken (at once if a wake-up is pending).
@@ -101,9 +110,11 @@ impl Drop for Place {
         let Some(queue) = inner.by_name.get_mut(&self.key) else {
             return;
         };
-        let was_head = queue.front() == Some(&self.ticket);
-        queue.retain(|ticket| *ticket != self.ticket);
-        match queue.front().cloned() {
+        let was_head = queue
+            .first_key_value()
+            .is_some_and(|(&head, _)| head == self.arrival);
+        queue.remove(&self.arrival);
+        match queue.first_key_value().map(|(_, ticket)| ticket.clone()) {
             // The new local head takes over the timer.
             Some(next) if was_head => {
                 if let Some(wake) = inner.by_ticket.get(&next) {

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 
 use super::{
-    failed,
+    failed, ride_out,
     redis_cost::Usage,
     report::{Extra, Report},
     sample::Progress,
@@ -182,15 +182,21 @@ pub async fn idle(target: &Target) -> Result<Report, String> {
     let rss = target.server_pid.and_then(|pid| memory_mb(pid, "VmRSS"));
     let peak = target.server_pid.and_then(|pid| memory_mb(pid, "VmHWM"));
     drop(shown);
+    // How long 15,000 callers leaving at once keep the server busy: the release is
+    // answered after the server has handled their going.
+    let leaving = Instant::now();
     stop.cancel();
     while tasks.join_next().await.is_some() {}
-    locks
-        .release(ReleaseRequest {
-            name,
-            token: held.token,
-        })
-        .await
-        .map_err(failed)?;
+    let release = ReleaseRequest {
+        name,
+        token: held.token,
+    };
+    ride_out(|| {
+        let (mut locks, release) = (locks.clone(), release.clone());
+        async move { locks.release(release).await }
+    })
+    .await?;
+    let leave_ms = leaving.elapsed().as_secs_f64() * 1000.0;
     settle().await;
     let rss_after = rss_now();
     // Our own INFO is one of the commands counted.
@@ -203,7 +209,8 @@ pub async fn idle(target: &Target) -> Result<Report, String> {
         ..Report::default()
     }
     .extra("streams", Extra::Count(STREAMS as u64))
-    .extra("waiters", Extra::Count(2 * WAITERS as u64));
+    .extra("waiters", Extra::Count(2 * WAITERS as u64))
+    .extra("leave_ms", Extra::Number(leave_ms));
     if let Some(per_s) = per_s {
         report = report.extra("redis_commands_per_s", Extra::Number(per_s));
     }

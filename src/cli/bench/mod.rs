@@ -32,6 +32,34 @@ fn failed(status: tonic::Status) -> String {
     format!("{}: {}", status.code(), status.message())
 }
 
+/// How long a set-up or clean-up call outside the timed part is retried through
+/// UNAVAILABLE.
+const RIDE_OUT: Duration = Duration::from_secs(30);
+
+/// Runs a call outside the timed part, retrying UNAVAILABLE (a loaded machine's slow
+/// moment of Redis) for up to [`RIDE_OUT`], as any client would: such a moment must
+/// cost a figure, not the run. Only for calls that are safe to repeat.
+async fn ride_out<T, Call, Answer>(mut call: Call) -> Result<T, String>
+where
+    Call: FnMut() -> Answer,
+    Answer: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+{
+    let started = tokio::time::Instant::now();
+    let mut pause = Duration::from_millis(50);
+    loop {
+        match call().await {
+            Ok(reply) => return Ok(reply.into_inner()),
+            Err(status)
+                if status.code() == tonic::Code::Unavailable && started.elapsed() < RIDE_OUT =>
+            {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+            Err(status) => return Err(failed(status)),
+        }
+    }
+}
+
 /// One scenario of the bench.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Scenario {
