@@ -15,9 +15,10 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 
 use super::{
-    failed, ride_out,
+    failed,
     redis_cost::Usage,
     report::{Extra, Report},
+    ride_out,
     sample::Progress,
     target::Target,
 };
