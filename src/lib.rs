@@ -28,6 +28,7 @@
 //!   [`validate`].
 
 pub mod auth;
+pub mod client;
 pub mod config;
 pub mod error;
 pub mod grpc;

@@ -5,35 +5,27 @@
 use std::{path::PathBuf, process::ExitCode};
 
 use clap::Args;
-use tonic::{
-    metadata::AsciiMetadataValue,
-    service::interceptor::InterceptedService,
-    transport::{Certificate, Channel, ClientTlsConfig, Endpoint},
-    Request, Status,
-};
+use tonic::Status;
 use turnstile::pb::{
     lock_service_client::LockServiceClient, queue_service_client::QueueServiceClient,
     schedule_service_client::ScheduleServiceClient,
-    semaphore_service_client::SemaphoreServiceClient,
 };
 
 /// The flags of every client command.
 #[derive(Clone, Debug, Args)]
 pub struct ClientArgs {
-    /// The server (`http://host:port`, or `https://` for TLS).
-    #[arg(
-        long,
-        env = "TURNSTILE_SERVER",
-        default_value = "http://127.0.0.1:50051"
-    )]
-    pub server: String,
+    /// The server (`http://host:port`, or `https://` for TLS; several replicas as
+    /// `http://a:1,b:2`) [default: $TURNSTILE_SERVER, else http://127.0.0.1:50051].
+    #[arg(long)]
+    pub server: Option<String>,
 
-    /// The bearer token, when the server has an --auth-file.
-    #[arg(long, env = "TURNSTILE_TOKEN", hide_env_values = true)]
+    /// The bearer token, when the server has an --auth-file [default:
+    /// $TURNSTILE_TOKEN].
+    #[arg(long)]
     pub token: Option<String>,
 
-    /// Trust this CA (PEM) for an `https://` server instead of none.
-    #[arg(long, env = "TURNSTILE_CA_CERT")]
+    /// Trust this CA (PEM) for an `https://` server [default: $TURNSTILE_CA_CERT].
+    #[arg(long)]
     pub ca_cert: Option<PathBuf>,
 
     /// Machine output: JSON (one object per line) instead of tables.
@@ -41,34 +33,19 @@ pub struct ClientArgs {
     pub json: bool,
 }
 
-/// Adds `authorization: Bearer <token>` to every call, when there is a token.
-#[derive(Clone)]
-pub struct Bearer(Option<AsciiMetadataValue>);
-
-impl tonic::service::Interceptor for Bearer {
-    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
-        if let Some(value) = &self.0 {
-            request
-                .metadata_mut()
-                .insert("authorization", value.clone());
-        }
-        Ok(request)
-    }
-}
-
 /// A connected channel, with the token on every call.
-pub type Authed = InterceptedService<Channel, Bearer>;
+pub use turnstile::client::Authed;
 
-/// The two services on one connection.
+/// The services on one connection, as raw stubs and as the client library.
 pub struct Client {
+    /// The client library on the same channel.
+    pub lib: turnstile::client::Client,
     /// `turnstile.v1.LockService`.
     pub locks: LockServiceClient<Authed>,
     /// `turnstile.v1.QueueService`.
     pub queues: QueueServiceClient<Authed>,
     /// `turnstile.v1.ScheduleService`.
     pub schedules: ScheduleServiceClient<Authed>,
-    /// `turnstile.v1.SemaphoreService`.
-    pub semaphores: SemaphoreServiceClient<Authed>,
 }
 
 /// A failed command: what to print and the exit status.
@@ -122,54 +99,25 @@ impl ClientArgs {
     /// after it breaks), so a server that is down is reported as the call's
     /// UNAVAILABLE, like any other failed call.
     pub fn connect(&self) -> Result<Client, Failure> {
-        let server = if self.server.contains("://") {
-            self.server.clone()
-        } else {
-            format!("http://{}", self.server)
+        // The client library reads the TURNSTILE_* variables, so the command line and
+        // every Rust program using it read them the same way.
+        let options = turnstile::client::Options {
+            server: self.server.clone(),
+            token: self.token.clone(),
+            ca_cert: self.ca_cert.clone(),
         };
-        let mut endpoint = Endpoint::from_shared(server.clone())
-            .map_err(|err| Failure::other(format!("--server {server}: {err}")))?;
-        if server.starts_with("https://") {
-            let mut tls = ClientTlsConfig::new();
-            if let Some(path) = &self.ca_cert {
-                let pem = std::fs::read(path).map_err(|err| {
-                    Failure::other(format!("--ca-cert {}: {err}", path.display()))
-                })?;
-                tls = tls.ca_certificate(Certificate::from_pem(pem));
-            }
-            endpoint = endpoint
-                .tls_config(tls)
-                .map_err(|err| Failure::other(format!("--server {server}: {err}")))?;
-        }
-        let bearer = match &self.token {
-            Some(token) => Some(
-                format!("Bearer {token}")
-                    .parse()
-                    .map_err(|_| Failure::other("--token: not a valid header value"))?,
-            ),
-            None => None,
-        };
-        let channel = endpoint.connect_lazy();
+        let lib = turnstile::client::Client::new(options.or_env())?;
         Ok(Client {
-            locks: LockServiceClient::with_interceptor(channel.clone(), Bearer(bearer.clone())),
-            queues: QueueServiceClient::with_interceptor(channel.clone(), Bearer(bearer.clone())),
-            schedules: ScheduleServiceClient::with_interceptor(
-                channel.clone(),
-                Bearer(bearer.clone()),
-            ),
-            semaphores: SemaphoreServiceClient::with_interceptor(channel, Bearer(bearer)),
+            locks: lib.raw_locks(),
+            queues: lib.raw_queues(),
+            schedules: lib.raw_schedules(),
+            lib,
         })
     }
 }
 
-/// This machine's name, for default owners and worker ids.
-pub fn hostname() -> String {
-    let mut name = [0u8; 256];
-    // SAFETY: gethostname(2) writes at most `len` bytes into the buffer we own.
-    let ok = unsafe { libc::gethostname(name.as_mut_ptr().cast(), name.len()) } == 0;
-    let end = name.iter().position(|b| *b == 0).unwrap_or(name.len());
-    match std::str::from_utf8(&name[..end]) {
-        Ok(host) if ok && !host.is_empty() => host.to_owned(),
-        _ => "localhost".to_owned(),
+impl From<turnstile::client::Error> for Failure {
+    fn from(err: turnstile::client::Error) -> Self {
+        Failure::other(err.to_string())
     }
 }

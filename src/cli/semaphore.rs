@@ -6,11 +6,11 @@
 use std::time::Duration;
 
 use clap::Args;
-use turnstile::{config::parse_duration, pb};
+use turnstile::config::parse_duration;
 
 use super::{
     client::{ClientArgs, Outcome},
-    lock::{default_owner, duration, run_holding, Target},
+    lock::run_holding,
 };
 
 /// `turnstile semaphore`.
@@ -24,7 +24,7 @@ pub struct SemaphoreArgs {
     /// How many permits this command takes.
     #[arg(long, default_value_t = 1)]
     pub permits: u32,
-    /// The lease, renewed every ttl/3 while CMD runs.
+    /// The lease, renewed while CMD runs.
     #[arg(long, value_parser = parse_duration, default_value = "15s")]
     pub ttl: Duration,
     /// How long to wait in line (0: try once).
@@ -42,14 +42,14 @@ pub struct SemaphoreArgs {
 
 pub async fn run(args: SemaphoreArgs) -> Outcome {
     let client = args.client.connect()?;
-    let target = Target::Semaphore(pb::SemaphoreServiceHoldRequest {
-        name: args.name.clone(),
-        owner: args.owner.clone().unwrap_or_else(default_owner),
-        limit: args.limit,
-        permits: args.permits,
-        ttl: Some(duration(args.ttl)),
-        wait: Some(duration(args.wait)),
-        token: String::new(),
-    });
-    run_holding(client, target, &args.command).await
+    let mut call = client
+        .lib
+        .semaphore(&args.name, args.limit, args.ttl)
+        .permits(args.permits)
+        .wait(args.wait);
+    if let Some(owner) = &args.owner {
+        call = call.owner(owner);
+    }
+    let what = format!("semaphore {}", args.name);
+    run_holding(call.await, &what, "TURNSTILE_SEMAPHORE", &args.command).await
 }

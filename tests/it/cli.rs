@@ -23,13 +23,7 @@ use turnstile::pb::{self, TaskState};
 
 /// The binary, pointed at `server`.
 fn cli(server: &TestServer) -> Command {
-    let mut command = Command::new(BIN);
-    command
-        .env("TURNSTILE_SERVER", format!("http://{}", server.addr))
-        .env_remove("TURNSTILE_TOKEN")
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    command
+    common::cli_of(server)
 }
 
 /// Runs to the end (bounded); its status, stdout and stderr.
@@ -76,9 +70,7 @@ impl Lines {
 }
 
 fn signal(child: &Child, signal: libc::c_int) {
-    let pid = child.id().expect("still running") as libc::pid_t;
-    // SAFETY: kill(2) on our own child's pid.
-    assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+    common::send_signal(child, signal);
 }
 
 async fn wait_file(path: &Path) {
@@ -843,8 +835,7 @@ async fn work_runs_the_command_per_task_acks_success_and_nacks_failure_with_back
 async fn work_drains_on_sigterm_letting_the_running_task_finish_and_ack() -> TestResult {
     let redis = TestRedis::start().await;
     // A short re-attach grace (the default is 10 s): the drain must keep the task
-    // leased past it. The worker extends every second while draining, so a grace
-    // above that is what it needs.
+    // leased past it (the stream stays open until the running tasks finished).
     let server = TestServer::start_with(&redis, |c| {
         c.reattach_grace = Duration::from_millis(1_500);
     })
@@ -878,13 +869,10 @@ async fn work_drains_on_sigterm_letting_the_running_task_finish_and_ack() -> Tes
         l.iter().any(|l| l.contains("draining"))
     })
     .await;
-    // Past the re-attach grace, the task is still leased to this worker: from the
-    // stream's end (the open-stream gauge back to 0), by Redis' clock.
+    // Past the re-attach grace, the task is still leased to this worker, by Redis'
+    // clock.
     let in_flight = peek(&server, "slow", TaskState::InFlight).await?;
     assert_eq!(in_flight.len(), 1);
-    server
-        .wait_metric("turnstile_streams_open{kind=\"subscribe\"}", 0.0)
-        .await;
     let mut conn = redis.conn().await;
     let ended = common::redis_now_ms(&mut conn).await;
     common::wait_redis_time(&conn, ended + 1_500 + 500).await;
@@ -908,6 +896,50 @@ async fn work_drains_on_sigterm_letting_the_running_task_finish_and_ack() -> Tes
         .all()
         .iter()
         .any(|l| l.contains("task long attempt 1: exit 0, acked")));
+    server
+        .wait_metric("turnstile_streams_open{kind=\"subscribe\"}", 0.0)
+        .await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_past_its_drain_timeout_stops_the_command_and_gives_the_task_back() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    enqueue(&server, "stuck", vec![task("forever", "x")]).await?;
+    let dir = TempDir::new("cli-drain-timeout");
+    let (started, termed) = (dir.0.join("started"), dir.0.join("termed"));
+    // Runs until told to stop (bounded, so a failing test leaves no process behind).
+    let script = format!(
+        "trap 'touch {}; exit 143' TERM; touch {}; n=0; while [ $n -lt 1000 ]; do sleep 0.02; n=$((n+1)); done",
+        termed.display(),
+        started.display()
+    );
+    let mut child = cli(&server)
+        .args([
+            "work",
+            "stuck",
+            "--drain-timeout",
+            "300ms",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .stderr(Stdio::piped())
+        .spawn()?;
+    wait_file(&started).await;
+    signal(&child, libc::SIGTERM);
+    let status = tokio::time::timeout(WAIT, child.wait()).await??;
+    assert!(status.success(), "{status}");
+    // The command was sent SIGTERM (its trap runs after its current `sleep`).
+    wait_file(&termed).await;
+    // Given back at once (not acked, not left to its lease): READY for its next try.
+    let after = stats(&server, "stuck").await?;
+    assert_eq!(
+        (after.ready, after.delayed, after.in_flight, after.dead),
+        (1, 0, 0, 0)
+    );
     Ok(())
 }
 

@@ -11,6 +11,7 @@ mod bad_input;
 mod browser;
 mod chaos;
 mod cli;
+mod client;
 mod cluster;
 mod dashboard;
 mod faults;

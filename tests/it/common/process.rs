@@ -222,3 +222,23 @@ impl Drop for LoggedServer {
         let _ = self.child.wait();
     }
 }
+
+/// The command line, pointed at `server` (no token or CA from this process' own
+/// environment), killed if the test drops it.
+pub fn cli_of(server: &super::TestServer) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(BIN);
+    command
+        .env("TURNSTILE_SERVER", format!("http://{}", server.addr))
+        .env_remove("TURNSTILE_TOKEN")
+        .env_remove("TURNSTILE_CA_CERT")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    command
+}
+
+/// Sends `signal` to a running child.
+pub fn send_signal(child: &tokio::process::Child, signal: libc::c_int) {
+    let pid = child.id().expect("still running") as libc::pid_t;
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+}

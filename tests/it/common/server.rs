@@ -52,19 +52,26 @@ impl TestServer {
         change: impl Fn(&mut Config),
         client_tls: Option<ClientTlsConfig>,
     ) -> Self {
-        let mut server = Self::start_one(redis, &change, client_tls.clone()).await;
+        let mut server = Self::start_one(redis, &change, client_tls.clone(), None).await;
         for _ in 1..redis.replicas() {
-            let peer = Self::start_one(redis, &change, client_tls.clone()).await;
+            let peer = Self::start_one(redis, &change, client_tls.clone(), None).await;
             server.peers.push(peer);
         }
         server
     }
 
-    /// One replica.
+    /// One replica (of a store with one) on `addr`: how a test restarts a replica it
+    /// shut down, on the address its clients know.
+    pub async fn start_at(redis: &impl Store, addr: SocketAddr) -> Self {
+        Self::start_one(redis, &|_| {}, None, Some(addr)).await
+    }
+
+    /// One replica, on `bind` or a free port.
     async fn start_one(
         redis: &impl Store,
         change: &impl Fn(&mut Config),
         client_tls: Option<ClientTlsConfig>,
+        bind: Option<SocketAddr>,
     ) -> Self {
         // The metrics port is picked free a moment before the server binds it: a start
         // that lost it to another process fails at once and is tried again.
@@ -78,7 +85,12 @@ impl TestServer {
             change(&mut config);
             let metrics = config.metrics_listen;
             let dashboard = config.dashboard_listen.0;
-            let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+            let listener = match bind {
+                Some(addr) => TcpListener::bind(addr)
+                    .await
+                    .expect("bind the same address"),
+                None => TcpListener::bind("127.0.0.1:0").await.expect("bind"),
+            };
             let addr = listener.local_addr().unwrap();
             let (stop, stopped) = oneshot::channel::<()>();
             let task = tokio::spawn(turnstile::server::run(config, listener, async move {
