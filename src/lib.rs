@@ -1,7 +1,8 @@
 //! turnstile: distributed locks, semaphores, task queues and schedules over gRPC, kept
-//! in Redis, every state change one Lua script. This library is the server; the
-//! client-side code (the command line, the benchmark) lives in the binary's own module
-//! tree and uses only what is public here.
+//! in Redis, every state change one Lua script. This library is the server and, in
+//! [`client`], the Rust client library (it reaches the server over gRPC only, using
+//! [`pb`] and the foundations). The command line and the benchmark live in the
+//! binary's own module tree and use only what is public here.
 //!
 //! The layers, top to bottom (ARCHITECTURE.md draws them with a request's path); a
 //! module imports only from layers below its own:

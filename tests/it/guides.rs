@@ -1,5 +1,6 @@
-//! The guides, run exactly as printed: every `sh`, `python` and `js` block of the README
-//! and of the pages in `docs/`. The Python and Node set-up commands (a virtual
+//! The guides, run exactly as printed: every `sh`, `python`, `ts`, `js` and `rust` block
+//! of the README and of the pages in `docs/` (a `rust` block is one of the crate's
+//! examples word for word, which `cargo test` builds). The Python and Node set-up commands (a virtual
 //! environment and stubs generated into their own directory; npm packages) run in a
 //! scratch directory under `target/tmp`, then every example against a real server.
 //! Examples that loop forever (a worker, a leader holding its lock) run until they
@@ -445,6 +446,94 @@ async fn the_typescript_examples_run_as_printed() -> TestResult {
         "drained after [ 'thumb-0', 'thumb-1', 'thumb-2' ]",
         "refused: queue",
         "someone else is reporting",
+    ] {
+        assert!(printed.contains(wanted), "no {wanted:?} in {printed}");
+    }
+    Ok(())
+}
+
+/// The example a Rust block is, named by its first line (`// cargo run --example X`).
+fn rust_example(block: &Block) -> String {
+    block
+        .code
+        .lines()
+        .next()
+        .and_then(|line| line.strip_prefix("// cargo run --example "))
+        .unwrap_or_else(|| {
+            panic!(
+                "{}: a Rust block opens with `// cargo run --example NAME`",
+                block.at
+            )
+        })
+        .trim()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_examples_run_as_printed() -> TestResult {
+    // Each block is an example of this crate, word for word: `cargo test` compiled it
+    // (into target/<profile>/examples, beside this test's own deps/ directory).
+    let examples = blocks("rust");
+    assert!(
+        examples.len() >= 5,
+        "the Rust examples went missing: {examples:?}"
+    );
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let built = std::env::current_exe()?
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps")
+        .join("examples");
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("rust-guide");
+    std::fs::create_dir_all(&dir)?;
+    let mut all = Vec::new();
+    for block in examples {
+        let name = rust_example(&block);
+        let source = root.join("examples").join(format!("{name}.rs"));
+        let text = std::fs::read_to_string(&source)
+            .unwrap_or_else(|err| panic!("{}: {}: {err}", block.at, source.display()));
+        assert_eq!(
+            text, block.code,
+            "{}: not examples/{name}.rs word for word",
+            block.at
+        );
+        let binary = built.join(&name);
+        let stale = |binary: &Path| -> Option<bool> {
+            Some(
+                std::fs::metadata(binary).ok()?.modified().ok()?
+                    < std::fs::metadata(&source).ok()?.modified().ok()?,
+            )
+        };
+        assert_eq!(
+            stale(&binary),
+            Some(false),
+            "{}: examples/{name} is not built from its source: run `cargo test` (it builds the examples)",
+            block.at
+        );
+        let until = match name.as_str() {
+            "sdk_election" => Some("leader now:"),
+            "sdk_worker" => Some("sending welcome-ada"),
+            _ => None,
+        };
+        let (dir, addr) = (dir.clone(), server.addr.to_string());
+        let printed = tokio::task::spawn_blocking(move || {
+            run_example(Command::new(binary), &dir, &block, "rs", &addr, until)
+        })
+        .await?;
+        all.extend(printed);
+    }
+    let printed = all.join("\n");
+    for wanted in [
+        "selling one phone under fencing token",
+        "free again: true",
+        "leader now: node-a",
+        "enqueued welcome-ada created true",
+        "drained after [\"thumb-0\", \"thumb-1\", \"thumb-2\"]",
+        "refused: queue",
+        "someone else is reporting",
+        "raw stub acquired fencing token",
     ] {
         assert!(printed.contains(wanted), "no {wanted:?} in {printed}");
     }

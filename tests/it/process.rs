@@ -682,8 +682,15 @@ async fn bench_against_compares_two_builds_figure_by_figure() -> TestResult {
 
 #[test]
 fn bench_runs_the_fixed_length_scenarios() {
-    // `delayed` spreads 2,000 tasks over 5 s and `idle` watches for 10 s by definition.
-    let lines = bench_json(&[], &["delayed", "idle"], &["delayed", "idle"]);
+    // `delayed` spreads 2,000 tasks over 5 s, `idle` watches for 10 s and `worker`
+    // drains 80,000 tasks, by definition.
+    let lines = bench_json(
+        &[],
+        &["delayed", "idle", "worker"],
+        &["delayed", "idle", "worker"],
+    );
+    // The Rust library's worker against the raw loop.
+    assert_fields(&lines[2], &["raw_tasks_per_s", "library_over_raw"]);
     assert_eq!(lines[0]["early"], 0, "{}", lines[0]);
     assert_fields(
         &lines[1],

@@ -18,6 +18,7 @@ mod schedules;
 mod semaphore;
 mod target;
 mod watch;
+mod worker;
 
 use std::{path::PathBuf, time::Duration};
 
@@ -96,6 +97,9 @@ pub enum Scenario {
     /// fire times, duplicates, lateness at a subscriber, Redis commands and server CPU
     /// per fire; their idle cost.
     Schedules,
+    /// The Rust client library's no-op worker against a raw Subscribe loop, 20,000
+    /// tasks each at concurrency 8, two rounds.
+    Worker,
     /// `lock` and a queue run over 6 queues on one Redis and on a 3-primary Redis
     /// Cluster, each under 1 and 3 server replicas, and on a Redis with a replica
     /// under --redis-wait-replicas 1: started here whatever --server says.
@@ -293,6 +297,7 @@ async fn one_scenario(
             Scenario::Dashboard => vec![dashboard::dashboard(target).await?],
             Scenario::Idle => vec![idle::idle(target).await?],
             Scenario::Schedules => vec![schedules::schedules(target).await?],
+            Scenario::Worker => vec![worker::worker(target).await?],
             Scenario::Scale => scale::scale(args.concurrency, args.duration).await?,
         }
     })

@@ -264,6 +264,12 @@ impl Report {
                 ),
             ],
             "delayed" => vec![Goal::at_most("p99_ms", p99, 2.0)],
+            // SDK.md: the library's worker at least 0.9 of a raw loop.
+            "worker" => vec![Goal::at_least(
+                "library_over_raw",
+                self.number("library_over_raw"),
+                0.9,
+            )],
             "idle" => vec![
                 Goal::at_most(
                     "server_kb_per_waiter",
