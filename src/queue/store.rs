@@ -363,6 +363,8 @@ impl QueueStore {
     pub async fn cancel(&self, queue: &str, ids: &[String]) -> Result<Vec<String>> {
         let keys = self.keys(queue);
         let mut call = call(&self.scripts.cancel, &keys);
+        call.arg(self.redis.keys.channel(Event::QueueChanged))
+            .arg(keys.pending());
         for id in ids {
             call.arg(id);
         }

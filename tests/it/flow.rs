@@ -465,6 +465,65 @@ async fn group_max_in_flight_one_delivers_a_group_in_order_through_nacks_and_dea
     Ok(())
 }
 
+on_each_store!(a_serial_group_goes_on_at_once_when_its_waiting_head_is_cancelled_or_moved);
+async fn a_serial_group_goes_on_at_once_when_its_waiting_head_is_cancelled_or_moved(
+    redis: TestStore,
+) -> TestResult {
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    // Each way the task a serial group waits for can leave the group while it waits
+    // out a Nack's delay: cancelled, or replaced into another group.
+    for (queue, leave) in [("cancelled", 0), ("replaced", 1)] {
+        configure(
+            &mut queues,
+            ConfigureQueueRequest {
+                queue: queue.into(),
+                group_max_in_flight: Some(1),
+                ..Default::default()
+            },
+        )
+        .await?;
+        enqueue(
+            &mut queues,
+            queue,
+            vec![task("a1", "a", 0), task("a2", "a", 0)],
+        )
+        .await?;
+        let mut stream = subscribe(&mut queues, queue, 10).await?;
+        let a1 = next_task(&mut stream, common::WAIT).await.expect("a1");
+        assert_eq!(a1.id, "a1");
+        // An hour's delay: the group waits for a1 (the contract), and nothing else goes.
+        queues
+            .nack(NackRequest {
+                queue: queue.into(),
+                receipt: a1.receipt.clone(),
+                delay: ms(3_600_000),
+            })
+            .await?;
+        assert!(next_task(&mut stream, QUIET).await.is_none(), "{queue}");
+        if leave == 0 {
+            let cancelled = queues
+                .cancel(turnstile::pb::CancelRequest {
+                    queue: queue.into(),
+                    ids: vec!["a1".into()],
+                })
+                .await?
+                .into_inner()
+                .cancelled;
+            assert_eq!(cancelled, ["a1"]);
+        } else {
+            let mut moved = task("a1", "b", 0);
+            moved.on_duplicate = turnstile::pb::DuplicatePolicy::Replace as i32;
+            moved.schedule = Some(Schedule::Delay(ms(3_600_000).unwrap()));
+            enqueue(&mut queues, queue, vec![moved]).await?;
+        }
+        // The next task of the group goes now, not when a1's hour would have passed.
+        let next = next_task(&mut stream, common::WAIT).await;
+        assert_eq!(next.map(|t| t.id), Some("a2".to_owned()), "{queue}");
+    }
+    Ok(())
+}
+
 on_each_store!(a_rate_limit_bounds_every_window_of_starts);
 async fn a_rate_limit_bounds_every_window_of_starts(redis: TestStore) -> TestResult {
     let (one, two) = (

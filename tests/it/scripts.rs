@@ -388,7 +388,7 @@ async fn peek_returns_one_task_over_budget_and_cancel_leaves_a_task_in_flight() 
         &mut conn,
         queue_script(&queues, "cancel.lua"),
         &keys,
-        &["a", "b"],
+        &["ch", "msg", "a", "b"],
     )
     .await?;
     assert_eq!(cancelled, ["b"]);

@@ -1,9 +1,12 @@
 -- cancel.lua: remove tasks that are not in flight (DELAYED, READY or DEAD).
 -- KEYS: the queue's keys (include/keys.lua)
--- ARGV: the ids
+-- ARGV[1] the queue-changed channel, ARGV[2] its message, then the ids
 -- Clock: Redis TIME (the dedupe window; leases that ran out end first).
 -- A run that returned a full run's worth of expired leases answers AGAIN and does
 -- nothing else (include/reclaim.lua); the store runs it again.
+-- Publishes queue-changed when a cancelled task was the one a group waited for (its
+-- next task may go now: the dispatchers must look again, not wait for the cancelled
+-- task's due time).
 -- Returns the ids removed.
 --- @include "keys"
 --- @include "now_ms"
@@ -13,22 +16,26 @@
 --- @include "reclaim"
 --- @include "ending"
 --- @include "flow"
+local changed_channel, changed_message = ARGV[1], ARGV[2]
 local now = now_ms()
 open_flow(now)
 -- A task whose lease ran out is no longer in flight: it may be cancelled.
 if reclaim(now) then
   return again()
 end
-local out, done, ends = {}, {}, ending()
-for i = 1, #ARGV do
+local out, done, ends, freed = {}, {}, ending(), false
+for i = 3, #ARGV do
   local id = ARGV[i]
   local meta = not done[id] and load(id)
   if meta and meta.state ~= IN_FLIGHT then
     done[id] = true
-    unplace(id, meta)
+    freed = unplace(id, meta) or freed
     ends.forget(id, meta, now)
     out[#out + 1] = id
   end
 end
 ends.flush()
+if freed then
+  redis.call('PUBLISH', changed_channel, changed_message)
+end
 return out

@@ -284,7 +284,8 @@ local function wait_again(id, meta)
 end
 
 -- Removes a waiting (not in flight) task from wherever it waits; its group is
--- considered again when it was the task the group had to deliver next.
+-- considered again when it was the task the group had to deliver next. True then:
+-- the caller tells the dispatchers (the group's next task may go now).
 local function unplace(id, meta)
   local entry = member_of(meta, id)
   redis.call('ZREM', pending, entry)
@@ -298,8 +299,10 @@ local function unplace(id, meta)
     if redis.call('HGET', groups, head) == id then
       redis.call('HDEL', groups, head)
       consider(meta.group)
+      return true
     end
   end
+  return false
 end
 
 -- Flow mode: records ended deliveries of groups (group -> count, and the groups in
