@@ -15,6 +15,7 @@ use super::{
     client::{ClientArgs, Failure, Outcome},
     flow::{config_cells, config_json},
     output::{parse_rfc3339, payload_json, payload_preview, rfc3339, table},
+    run::StopSignals,
 };
 
 /// `turnstile enqueue`.
@@ -150,6 +151,11 @@ pub struct StatsArgs {
 pub async fn stats(args: StatsArgs) -> Outcome {
     let mut client = args.client.connect()?;
     let mut first = true;
+    // Installed before the first draw: SIGINT or SIGTERM ends --watch with status 0.
+    let mut stops = match args.watch {
+        true => Some(StopSignals::install()?),
+        false => None,
+    };
     loop {
         let mut rows = Vec::new();
         for queue in &args.queues {
@@ -219,9 +225,12 @@ pub async fn stats(args: StatsArgs) -> Outcome {
             return Ok(ExitCode::SUCCESS);
         }
         first = false;
+        let Some(stops) = stops.as_mut() else {
+            return Ok(ExitCode::SUCCESS);
+        };
         tokio::select! {
             () = tokio::time::sleep(args.interval) => {}
-            _ = tokio::signal::ctrl_c() => return Ok(ExitCode::SUCCESS),
+            _ = stops.next() => return Ok(ExitCode::SUCCESS),
         }
     }
 }

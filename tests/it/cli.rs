@@ -1105,3 +1105,69 @@ async fn watch_ends_with_status_zero_on_sigterm() -> TestResult {
     );
     Ok(())
 }
+
+/// Every long-running command ends as the contract's table says on SIGINT and on
+/// SIGTERM: `watch`, `stats --watch` and `work` with status 0 (work after its drain),
+/// `lock` and `semaphore` with their command's status (the signal is passed on to it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_long_running_command_ends_as_its_contract_says_on_sigint_and_sigterm() -> TestResult
+{
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let dir = TempDir::new("cli-signals");
+    for (n, sig) in [libc::SIGINT, libc::SIGTERM].into_iter().enumerate() {
+        let started = dir.0.join(format!("started-{n}"));
+        // A command that ends with 7 when told to stop (bounded, so a failing test
+        // leaves no process behind).
+        let held = format!(
+            "trap 'exit 7' INT TERM; touch {}; n=0; while [ $n -lt 1000 ]; do sleep 0.02; n=$((n+1)); done",
+            started.display()
+        );
+        let commands: [(&[&str], i32); 5] = [
+            (&["watch", "signalled"], 0),
+            (&["stats", "signalled", "--watch", "--interval", "50ms"], 0),
+            (&["work", "signalled", "--", "true"], 0),
+            (&["lock", "signalled", "--", "sh", "-c", &held], 7),
+            (
+                &[
+                    "semaphore",
+                    "signalled",
+                    "--limit",
+                    "2",
+                    "--",
+                    "sh",
+                    "-c",
+                    &held,
+                ],
+                7,
+            ),
+        ];
+        for (args, wanted) in commands {
+            let _ = std::fs::remove_file(&started);
+            let mut child = cli(&server).args(args).stdout(Stdio::piped()).spawn()?;
+            // Running: printed its first line, opened its stream, or started CMD.
+            match args[0] {
+                "watch" | "stats" => {
+                    Lines::follow(child.stdout.take().unwrap())
+                        .wait_for("a first line", |lines| !lines.is_empty())
+                        .await
+                }
+                "work" => {
+                    server
+                        .wait_metric("turnstile_streams_open{kind=\"subscribe\"}", 1.0)
+                        .await
+                }
+                _ => wait_file(&started).await,
+            }
+            signal(&child, sig);
+            let status = tokio::time::timeout(WAIT, child.wait()).await??;
+            assert_eq!(status.code(), Some(wanted), "{args:?} after signal {sig}");
+            if args[0] == "work" {
+                server
+                    .wait_metric("turnstile_streams_open{kind=\"subscribe\"}", 0.0)
+                    .await;
+            }
+        }
+    }
+    Ok(())
+}
