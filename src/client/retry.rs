@@ -1,4 +1,5 @@
-//! Jittered exponential backoff, and unary calls retried through UNAVAILABLE (100 ms
+//! Jittered exponential backoff, and unary calls retried through UNAVAILABLE (and a
+//! connection closed under a call: CANCELLED) (100 ms
 //! doubling to 5 s, ±20%) for at most the call's deadline: a replica restarting or a
 //! mesh's GOAWAY is ridden out, and the ids the library fills make the retry harmless.
 
@@ -80,6 +81,15 @@ macro_rules! call {
 }
 pub(crate) use call;
 
+/// Whether a failed call is worth trying again: UNAVAILABLE (no replica reached, or
+/// one going away), and CANCELLED, which is how tonic reports a request whose
+/// connection closed under it (a replica's shutdown, seen in the restart scenario);
+/// the server itself never answers CANCELLED (it owns its deadlines). Either way the
+/// library's ids make the retry harmless.
+fn retryable(code: Code) -> bool {
+    matches!(code, Code::Unavailable | Code::Cancelled)
+}
+
 /// `call()`, retried through UNAVAILABLE until `deadline` (from now; the default when
 /// `None`) would pass; each try is bounded by what is left of a deadline the caller
 /// gave. Any other failure is its typed error.
@@ -101,7 +111,7 @@ where
         };
         match answer {
             Ok(reply) => return Ok(reply.into_inner()),
-            Err(status) if status.code() == Code::Unavailable => {
+            Err(status) if retryable(status.code()) => {
                 let pause = RETRY.delay(attempt);
                 if Instant::now() + pause >= end {
                     return Err(status.into());

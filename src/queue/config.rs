@@ -1,5 +1,5 @@
 //! Flow control's settings: a queue's `QueueConfig` and a group's `GroupConfig`, kept
-//! in Redis on the queue's slot (`lua/include/flow.lua` says how they act), with the
+//! in Redis on the queue's slot (`lua/include/group_state.lua` and the helpers beside it says how they act), with the
 //! two scripts that change them.
 
 use std::time::Duration;

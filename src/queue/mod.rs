@@ -7,7 +7,7 @@
 //! - `store.rs`: one method per script call; `replies.rs` decodes what they answer.
 //! - `long_poll.rs`: `Lease` with `wait`, and giving back what a gone caller leased.
 //! - `acks.rs`: Ack by group commit.
-//! - `config.rs`: flow control's queue and group settings (`lua/include/flow.lua`);
+//! - `config.rs`: flow control's queue and group settings (`lua/include/group_state.lua` and the helpers beside it);
 //!   `listing.rs`: the tenant's queues and a queue's groups, a page at a time.
 //! - `history.rs`: a queue's last hour by the minute (the dashboard's charts).
 //! - `watch.rs`: wake-ups of waiting `Lease` calls; `scheduler.rs`: the Subscribe

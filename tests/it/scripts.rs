@@ -34,6 +34,96 @@ fn queue_script<'a>(scripts: &'a QueueScripts, name: &str) -> &'a Script {
         .unwrap_or_else(|| panic!("no queue script {name}"))
 }
 
+/// Every script of the four areas.
+fn all_scripts() -> Vec<&'static turnstile::redis::Source> {
+    let (locks, queues, schedules, semaphores) = (
+        LockScripts::new(),
+        QueueScripts::new(),
+        turnstile::schedule::ScheduleScripts::new(),
+        turnstile::semaphore::SemaphoreScripts::new(),
+    );
+    locks
+        .all()
+        .into_iter()
+        .chain(queues.all())
+        .chain(schedules.all())
+        .chain(semaphores.all())
+        .map(|script| script.source)
+        .collect()
+}
+
+/// The names a helper defines at its top level (`local function f`, `local a, b =`).
+fn defined_names(code: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    for line in code.lines() {
+        let Some(rest) = line.strip_prefix("local ") else {
+            continue;
+        };
+        let rest = rest.strip_prefix("function ").unwrap_or(rest);
+        let declared = rest.split(['=', '(']).next().unwrap_or("");
+        names.extend(
+            declared
+                .split(',')
+                .map(str::trim)
+                .filter(|name| !name.is_empty())
+                .map(str::to_owned),
+        );
+    }
+    names
+}
+
+/// Whether `code` uses the name `name` (as a whole word).
+fn mentions(code: &str, name: &str) -> bool {
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    code.match_indices(name).any(|(at, _)| {
+        let before = code[..at].chars().next_back();
+        let after = code[at + name.len()..].chars().next();
+        !before.is_some_and(word) && !after.is_some_and(word)
+    })
+}
+
+#[test]
+fn no_script_carries_a_helper_it_never_calls() {
+    let mut checked = 0;
+    for source in all_scripts() {
+        // Each file's code (comments dropped: a header may name a helper it does not
+        // use), by file.
+        let mut by_file: Vec<(&str, String)> = Vec::new();
+        for (n, line) in source.text.lines().enumerate() {
+            let (file, _) = source.locate(n + 1).unwrap();
+            let code = line.split("--").next().unwrap();
+            match by_file.iter_mut().find(|(f, _)| *f == file) {
+                Some((_, text)) => text.push_str(code),
+                None => by_file.push((file, code.to_owned())),
+            }
+            by_file
+                .iter_mut()
+                .find(|(f, _)| *f == file)
+                .unwrap()
+                .1
+                .push('\n');
+        }
+        let own = source.parts.last().unwrap().1;
+        for (file, text) in &by_file {
+            if *file == own {
+                continue;
+            }
+            checked += 1;
+            let names = defined_names(text);
+            let used = by_file
+                .iter()
+                .filter(|(other, _)| other != file)
+                .any(|(_, code)| names.iter().any(|name| mentions(code, name)));
+            assert!(
+                used,
+                "{} carries {file} and uses none of {names:?}",
+                source.name
+            );
+        }
+    }
+    assert!(checked > 50, "only {checked} helpers looked at");
+}
+
 #[test]
 fn every_script_carries_only_the_helpers_it_names_and_no_bare_keys() {
     let (locks, queues, schedules, semaphores) = (

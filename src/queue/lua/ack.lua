@@ -7,7 +7,7 @@
 -- once per call, and (flow mode, a cap set) that the queue may deliver again.
 --- @include "keys"
 --- @include "now_ms"
---- @include "flow"
+--- @include "group_state"
 --- @include "finish"
 local slot_freed_channel, changed_channel, changed_message = ARGV[1], ARGV[2], ARGV[3]
 

@@ -14,7 +14,7 @@
 --- @include "leased_index"
 --- @include "lease_out"
 --- @include "push_row"
---- @include "flow"
+--- @include "group_state"
 local tag, session, visibility_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
 
 local now = now_ms()

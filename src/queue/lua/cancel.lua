@@ -15,7 +15,8 @@
 --- @include "load"
 --- @include "reclaim"
 --- @include "ending"
---- @include "flow"
+--- @include "group_state"
+--- @include "unplace"
 local changed_channel, changed_message = ARGV[1], ARGV[2]
 local now = now_ms()
 open_flow(now)

@@ -1,4 +1,4 @@
--- configure_queue.lua: change a queue's flow-control config (include/flow.lua), field
+-- configure_queue.lua: change a queue's flow-control config (include/group_state.lua), field
 -- by field; the fields not given stay. Puts the queue in flow mode.
 -- KEYS: the queue's keys (include/keys.lua)
 -- ARGV[1] the queue-changed channel, ARGV[2] its message, then field-value pairs:
@@ -9,7 +9,8 @@
 -- group_max_in_flight, rate, group_rate ('' for none).
 --- @include "keys"
 --- @include "now_ms"
---- @include "flow"
+--- @include "group_state"
+--- @include "rotation"
 local changed_channel, changed_message = ARGV[1], ARGV[2]
 
 local now = now_ms()

@@ -13,7 +13,7 @@
 --- @include "lease_out"
 --- @include "ending"
 --- @include "give_back"
---- @include "flow"
+--- @include "group_state"
 local changed_channel, changed_message, grace = ARGV[1], ARGV[2], tonumber(ARGV[3])
 
 local now = now_ms()

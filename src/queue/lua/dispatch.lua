@@ -9,19 +9,20 @@
 -- Clock: Redis TIME.
 -- A run that returned a full run's worth of expired leases answers AGAIN and does
 -- nothing else (include/reclaim.lua); the store runs it again.
--- In flow mode (include/flow.lua) the tasks go in the rotation of groups, within the
+-- In flow mode (include/group_state.lua) the tasks go in the rotation of groups, within the
 -- queue's and groups' pause, caps and rate limits, and next_pending is when to look
 -- again (next_start()).
 -- Returns {now_us, next_pending, next_lease_end, held back, held_1..held_n, rows...}:
 -- now_us is Redis' clock in Unix µs (the script decides by its ms); next_* are ms, -1
 -- when none; held back names the limits that held back a deliverable
--- task (flow.lua's pick(), '' for none); held_i is stream i's deliveries after this
+-- task (pick.lua's pick(), '' for none); held_i is stream i's deliveries after this
 -- call; then 12 per task:
 -- the stream's index (1-based), then include/push_row.lua's push_fields().
 --- @include "keys"
 --- @include "now_ms"
 --- @include "reclaim"
---- @include "flow"
+--- @include "group_state"
+--- @include "promote"
 --- @include "history"
 --- @include "dispatch_to"
 local now, now_us = now_ms_us()

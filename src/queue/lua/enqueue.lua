@@ -6,7 +6,7 @@
 --   schedule value, policy ('k' keep | 'r' replace | 'u' unique: a fresh random id
 --   the server made, never looked up), max_attempts, dedupe window ms, and with 9:
 --   priority (0-9), group ('' none). A task with a group or a priority puts the queue
---   in flow mode (include/flow.lua); there a task due now is READY in its group at once.
+--   in flow mode (include/group_state.lua); there a task due now is READY in its group at once.
 -- Clock: Redis TIME.
 -- A run that returned a full run's worth of expired leases answers AGAIN and does
 -- nothing else (include/reclaim.lua); the store runs it again.
@@ -16,7 +16,7 @@
 --- @include "keys"
 --- @include "now_ms"
 --- @include "reclaim"
---- @include "flow"
+--- @include "group_state"
 --- @include "history"
 --- @include "add"
 local changed_channel, changed_message, stride = ARGV[1], ARGV[2], tonumber(ARGV[3])

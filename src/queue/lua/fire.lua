@@ -20,7 +20,7 @@
 --- @include "keys"
 --- @include "now_ms"
 --- @include "reclaim"
---- @include "flow"
+--- @include "group_state"
 --- @include "add"
 local fired = KEYS[QUEUE_KEY_COUNT + 1]
 local changed_channel, changed_message, n = ARGV[1], ARGV[2], tonumber(ARGV[3])

@@ -10,7 +10,7 @@
 --- @include "delivery"
 --- @include "ending"
 --- @include "give_back"
---- @include "flow"
+--- @include "group_state"
 local changed_channel, changed_message = ARGV[1], ARGV[2]
 
 local now = now_ms()

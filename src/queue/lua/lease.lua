@@ -7,11 +7,11 @@
 -- Clock: Redis TIME.
 -- A run that returned a full run's worth of expired leases answers AGAIN and does
 -- nothing else (include/reclaim.lua); the store runs it again.
--- In flow mode (include/flow.lua) the tasks come in the rotation of groups, within the
+-- In flow mode (include/group_state.lua) the tasks come in the rotation of groups, within the
 -- queue's and groups' pause, caps and rate limits.
 -- Returns {next_due, held back, rows...}: next_due is when to look again: the first pending task
 -- not taken (flow mode: next_start()), or the first lease to expire, if sooner; -1 if
--- none; then the limits that held back a deliverable task (flow.lua's pick(), ''
+-- none; then the limits that held back a deliverable task (pick.lua's pick(), ''
 -- for none); then 11 per task
 -- as include/push_row.lua's push_row().
 --- @include "keys"
@@ -23,7 +23,11 @@
 --- @include "ending"
 --- @include "first_score"
 --- @include "push_row"
---- @include "flow"
+--- @include "group_state"
+--- @include "rotation"
+--- @include "promote"
+--- @include "pick"
+--- @include "next_start"
 --- @include "history"
 local max_tasks, visibility, auto_ack = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1'
 local budget, receipt_prefix = tonumber(ARGV[4]), ARGV[5]

@@ -14,7 +14,9 @@
 --- @include "keys"
 --- @include "now_ms"
 --- @include "reclaim"
---- @include "flow"
+--- @include "group_state"
+--- @include "rotation"
+--- @include "promote"
 local after, has_after, size = ARGV[1], ARGV[2] == '1', tonumber(ARGV[3])
 
 local now = now_ms()
@@ -46,8 +48,8 @@ if #names > size then
   names[#names] = nil
 end
 for _, group in ipairs(names) do
-  local state = redis.call('HMGET', groups, gfield(group, 'n'), gfield(group, 'f'),
-    gfield(group, 'x'), gfield(group, 'p'), gfield(group, 'w'))
+  local state = redis.call('HMGET', groups, gfield(group, G_WAITING), gfield(group, G_IN_FLIGHT),
+    gfield(group, G_DEAD), gfield(group, G_PAUSED), gfield(group, G_WEIGHT))
   local lo, hi = group_range(group)
   local ready_count = redis.call('ZLEXCOUNT', ready, lo, hi)
   local waiting, leased_out, dead_tasks = number_of(state[1]), number_of(state[2]),

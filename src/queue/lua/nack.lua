@@ -10,7 +10,7 @@
 --- @include "delivery"
 --- @include "ending"
 --- @include "give_back"
---- @include "flow"
+--- @include "group_state"
 local receipt, delay_ms, changed_channel, changed_message, slot_freed_channel =
   ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5]
 

@@ -21,7 +21,9 @@
 --- @include "reclaim"
 --- @include "within_budget"
 --- @include "push_row"
---- @include "flow"
+--- @include "group_state"
+--- @include "rotation"
+--- @include "promote"
 local wanted, limit, budget = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local group = ARGV[4] == '1' and ARGV[5] or nil
 local skip = tonumber(ARGV[6]) or 0
@@ -34,7 +36,7 @@ end
 -- A group's READY tasks in its delivery order: the task it must deliver next first.
 local function group_members()
   local members = {}
-  local head = redis.call('HGET', groups, gfield(group, 'h'))
+  local head = redis.call('HGET', groups, gfield(group, G_HEAD))
   if head and head_ready(head) then
     members[1] = member(meta_fields(redis.call('HGET', tasks, head)), head)
   end

@@ -18,7 +18,8 @@
 --- @include "bulk"
 --- @include "load"
 --- @include "reclaim"
---- @include "flow"
+--- @include "group_state"
+--- @include "promote"
 local changed_channel, changed_message, most = ARGV[1], ARGV[2], tonumber(ARGV[3])
 
 local now = now_ms()
@@ -47,8 +48,8 @@ for n, id in ipairs(ids) do
     meta.attempt = 0
     gone[#gone + 1] = entry
     if flow.on then
-      count_group(meta.group, 'n', 1)
-      count_group(meta.group, 'x', -1)
+      count_group(meta.group, G_WAITING, 1)
+      count_group(meta.group, G_DEAD, -1)
     end
     if flow.on and meta.due <= now then
       r.add(id, meta.seq, meta.priority, meta.due, meta.group)

@@ -14,7 +14,8 @@
 --- @include "keys"
 --- @include "now_ms"
 --- @include "reclaim"
---- @include "flow"
+--- @include "group_state"
+--- @include "rotation"
 local now = now_ms()
 open_flow(now)
 if reclaim(now) then

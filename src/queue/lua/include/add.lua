@@ -10,7 +10,9 @@
 --- @include "member"
 --- @include "bulk"
 --- @include "load"
---- @include "flow"
+--- @include "group_state"
+--- @include "promote"
+--- @include "unplace"
 local function add(args, first, stride, now, channel, message)
   -- Scores go to ZADD as strings: converting a Lua number costs more than the ZADD.
   local now_score = string.format('%d', now)
@@ -115,7 +117,7 @@ local function add(args, first, stride, now, channel, message)
       bulk('ZADD', pending, members)
     end
     for group, count in pairs(added) do
-      count_group(group, 'n', count)
+      count_group(group, G_WAITING, count)
     end
     r.place()
     if channel then

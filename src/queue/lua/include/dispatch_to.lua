@@ -17,7 +17,9 @@
 --- @include "lease_out"
 --- @include "first_score"
 --- @include "push_row"
---- @include "flow"
+--- @include "rotation"
+--- @include "pick"
+--- @include "next_start"
 local function dispatch_to(now, now_us, receipt_prefix, budget, args, first, last)
   local streams = {}
   local free_total = 0

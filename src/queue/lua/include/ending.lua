@@ -5,7 +5,8 @@
 --- @include "member"
 --- @include "bulk"
 --- @include "leased_index"
---- @include "flow"
+--- @include "group_state"
+--- @include "ended_deliveries"
 local function ending()
   local ended_members, ended_entries, gone, windows, ended_groups = {}, {}, {}, {}, {}
   -- The groups of ended deliveries in the order they first ended (so that groups

@@ -4,7 +4,8 @@
 --- @include "meta"
 --- @include "member"
 --- @include "load"
---- @include "flow"
+--- @include "group_state"
+--- @include "wait_again"
 -- Back to pending at `due`, or DEAD when out of attempts (counted in the dead-letter
 -- counter). The caller ended its lease (ending().unlease). Returns the new state. With
 -- group_max_in_flight 1 its group delivers it again before any other of its tasks.
@@ -18,15 +19,15 @@ local function give_back(id, meta, due)
     redis.call('ZADD', dead, meta.due, member_of(meta, id))
     redis.call('HINCRBY', counters, 'dead', 1)
     if flow.on then
-      count_group(meta.group, 'x', 1)
+      count_group(meta.group, G_DEAD, 1)
     end
   else
     meta.state = PENDING
     meta.due = due
     if flow.on then
-      count_group(meta.group, 'n', 1)
+      count_group(meta.group, G_WAITING, 1)
       if number_of(flow.cfg.group_max_in_flight) == 1 then
-        redis.call('HSET', groups, gfield(meta.group, 'h'), id)
+        redis.call('HSET', groups, gfield(meta.group, G_HEAD), id)
       end
     end
     store(id, meta)

@@ -12,7 +12,7 @@
 --   leased       zset    "<tag>\0<id>", all score 0: Subscribe deliveries by tag, so a
 --                        stream's count (ZLEXCOUNT) and tasks (ZRANGEBYLEX) are cheap
 --   counters     hash    dead -> tasks that ever went DEAD (the dead-letter metric)
--- Flow control (include/flow.lua; all empty until the queue is in flow mode):
+-- Flow control (include/group_state.lua; all empty until the queue is in flow mode):
 --   config       hash    the QueueConfig fields, `flow` (in flow mode), `tat` (the
 --                        queue's rate limiter), `turn` (the rotation's counter)
 --   ready        zset    promoted READY tasks, all score 0, by group in each group's
