@@ -120,7 +120,9 @@ async fn run_command(args: Arc<WorkArgs>, exits: Exits, task: Task) -> Result<()
         .env("TURNSTILE_QUEUE", &args.queue)
         .env("TURNSTILE_TASK_ID", &task.id)
         .env("TURNSTILE_ATTEMPT", task.attempt.to_string())
-        .stdin(Stdio::piped());
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut tail = None;
     let exit = match run::spawn(&mut command, &args.command[0]) {
         Ok(mut child) => {
             if let Some(mut stdin) = child.stdin.take() {
@@ -130,6 +132,10 @@ async fn run_command(args: Arc<WorkArgs>, exits: Exits, task: Task) -> Result<()
                     let _ = stdin.write_all(&payload).await;
                 });
             }
+            tail = child
+                .stderr
+                .take()
+                .map(|stderr| tokio::spawn(pass_on(stderr)));
             let mut running = TermOnDrop(Some(child));
             let exit = match &mut running.0 {
                 Some(child) => child.wait().await.map(run::exit_code).unwrap_or(1),
@@ -147,10 +153,48 @@ async fn run_command(args: Arc<WorkArgs>, exits: Exits, task: Task) -> Result<()
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .insert(task.receipt().to_owned(), exit);
-    match exit {
-        0 => Ok(()),
-        code => Err(TaskError::msg(format!("exit {code}"))),
+    // The command ended: its stderr reaches its end too (a grandchild holding it open
+    // must not hold the task, so only briefly).
+    let said = match tail {
+        Some(tail) => tokio::time::timeout(Duration::from_secs(1), tail)
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default(),
+        None => String::new(),
+    };
+    match (exit, said.trim()) {
+        (0, _) => Ok(()),
+        (code, "") => Err(TaskError::msg(format!("exit {code}"))),
+        (code, said) => Err(TaskError::msg(format!("exit {code}: {said}"))),
     }
+}
+
+/// The most of a command's stderr kept for its Nack's error: its end, which is where
+/// a failing program says why.
+const STDERR_TAIL: usize = 4000;
+
+/// Copies a command's stderr to ours as it comes, keeping its last [`STDERR_TAIL`]
+/// bytes (cut at a UTF-8 boundary): the error of a failed task's Nack.
+async fn pass_on(mut stderr: tokio::process::ChildStderr) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut kept: Vec<u8> = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while let Ok(read) = stderr.read(&mut chunk).await {
+        if read == 0 {
+            break;
+        }
+        // Our own stderr, unbuffered: a chunk at a time, as the command wrote it.
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), &chunk[..read]);
+        kept.extend_from_slice(&chunk[..read]);
+        if kept.len() > 2 * STDERR_TAIL {
+            kept.drain(..kept.len() - STDERR_TAIL);
+        }
+    }
+    let from = kept.len().saturating_sub(STDERR_TAIL);
+    let text = String::from_utf8_lossy(&kept[from..]);
+    // A cut in the middle of a character shows as U+FFFD at the start: drop it.
+    text.trim_start_matches('\u{fffd}').to_owned()
 }
 
 /// One line per finished task: on stderr, or as JSON on stdout with `--json`.

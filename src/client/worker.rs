@@ -65,6 +65,8 @@ pub struct Task {
     pub enqueued_at: SystemTime,
     /// When it was due.
     pub due_at: SystemTime,
+    /// Why its last delivery failed, as that Nack said ('' when none did).
+    pub last_error: String,
     receipt: String,
     cancelled: CancellationToken,
 }
@@ -81,6 +83,7 @@ impl Task {
             max_attempts: task.max_attempts,
             group: task.group,
             priority: task.priority,
+            last_error: task.last_error,
             receipt: task.receipt,
             cancelled: CancellationToken::new(),
         }
@@ -120,16 +123,20 @@ impl Task {
             priority: self.priority,
             enqueued_at: self.enqueued_at,
             due_at: self.due_at,
+            last_error: self.last_error.clone(),
             receipt: self.receipt.clone(),
             cancelled: self.cancelled.clone(),
         }
     }
 }
 
-/// How a handler did not finish its task.
+/// How a handler did not finish its task. Every Nack carries its text as the task's
+/// `last_error`.
 pub enum TaskError {
     /// Try again after this delay (a `Nack` with it).
     Retry(Duration),
+    /// It failed for good: a `Nack` with `give_up`, DEAD now whatever attempts remain.
+    Fail(String),
     /// It failed: a `Nack` with the worker's backoff for this attempt. Any error
     /// converts into this with `?`.
     Failed(Box<dyn std::error::Error + Send + Sync>),
@@ -139,6 +146,11 @@ impl TaskError {
     /// Try again after `delay`.
     pub fn retry(delay: Duration) -> Self {
         TaskError::Retry(delay)
+    }
+
+    /// Give up: DEAD now, with this reason.
+    pub fn fail(reason: impl Into<String>) -> Self {
+        TaskError::Fail(reason.into())
     }
 
     /// A failure with this message.
@@ -157,6 +169,7 @@ impl fmt::Display for TaskError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             TaskError::Retry(delay) => write!(f, "retry in {delay:?}"),
+            TaskError::Fail(reason) => f.write_str(reason),
             TaskError::Failed(err) => err.fmt(f),
         }
     }
@@ -380,6 +393,14 @@ impl Worker {
     }
 }
 
+/// A Nack to send: the delivery, when it is due again, and why.
+struct Nack {
+    receipt: String,
+    delay: Duration,
+    error: String,
+    give_up: bool,
+}
+
 /// What the stream loop and every handler share.
 struct Shared {
     queues: QueueServiceClient<Authed>,
@@ -408,7 +429,7 @@ struct State {
     /// Deliveries that arrived during the drain, given back after it.
     unstarted: Vec<String>,
     /// Nacks held by the drain, with their delays.
-    held_nacks: Vec<(String, Duration)>,
+    held_nacks: Vec<Nack>,
 }
 
 fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -474,11 +495,14 @@ impl Shared {
     }
 
     /// Nacks `receipt` to come back after `delay`; whether it went DEAD.
-    async fn nack(&self, receipt: &str, delay: Duration) -> bool {
+    async fn nack(&self, nack: &Nack) -> bool {
+        let receipt = &nack.receipt;
         let request = pb::NackRequest {
             queue: self.queue.clone(),
-            receipt: receipt.to_owned(),
-            delay: Some(proto_duration(delay)),
+            receipt: receipt.clone(),
+            delay: Some(proto_duration(nack.delay)),
+            error: nack.error.clone(),
+            give_up: nack.give_up,
         };
         let reply = call!(None, self.queues.clone(), nack, request).await;
         self.state().known.remove(receipt);
@@ -554,15 +578,18 @@ impl Shared {
         let Some(outcome) = outcome.filter(|_| !cut) else {
             return;
         };
-        let (delay, error) = match outcome {
+        let err = match outcome {
             Ok(()) => {
                 fire(&self.hooks.on_success, &meta, ());
                 let _ = self.acks.send(meta.receipt.clone());
                 return;
             }
-            Err(TaskError::Retry(delay)) => (delay, None),
-            Err(TaskError::Failed(err)) => {
-                let text = err.to_string();
+            Err(err) => err,
+        };
+        let text = err.to_string();
+        let (delay, give_up) = match err {
+            TaskError::Retry(delay) => (delay, false),
+            TaskError::Fail(_) | TaskError::Failed(_) => {
                 tracing::warn!(
                     task_id = meta.id,
                     attempt = meta.attempt,
@@ -570,20 +597,27 @@ impl Shared {
                     "handler failed"
                 );
                 fire(&self.hooks.on_failure, &meta, text.clone());
-                (self.backoff.delay(meta.attempt), Some(text))
+                let give_up = matches!(err, TaskError::Fail(_));
+                (self.backoff.delay(meta.attempt), give_up)
             }
+        };
+        let nack = Nack {
+            receipt: meta.receipt.clone(),
+            delay,
+            error: text.clone(),
+            give_up,
         };
         {
             let mut state = self.state();
             if state.draining {
-                state.held_nacks.push((meta.receipt.clone(), delay));
+                state.held_nacks.push(nack);
                 drop(state);
                 fire(&self.hooks.on_retry, &meta, delay);
                 return;
             }
         }
-        if self.nack(&meta.receipt, delay).await {
-            fire(&self.hooks.on_dead, &meta, error.unwrap_or_default());
+        if self.nack(&nack).await {
+            fire(&self.hooks.on_dead, &meta, text);
         } else {
             fire(&self.hooks.on_retry, &meta, delay);
         }
@@ -695,23 +729,31 @@ impl Running {
         // server would fill.
         self.stream = None;
         let _ = hold_acks.send(false);
-        let giving_back: Vec<(String, Duration)> = {
+        let giving_back: Vec<Nack> = {
             let mut state = self.shared.state();
             let unstarted = std::mem::take(&mut state.unstarted);
             let cut: Vec<String> = state.cut.drain().collect();
             let held = std::mem::take(&mut state.held_nacks);
+            let back = |receipt, error: &str| Nack {
+                receipt,
+                delay: Duration::ZERO,
+                error: error.to_owned(),
+                give_up: false,
+            };
             unstarted
                 .into_iter()
-                .chain(cut)
-                .map(|receipt| (receipt, Duration::ZERO))
+                .map(|receipt| back(receipt, ""))
+                .chain(cut.into_iter().map(|receipt| {
+                    back(receipt, "the worker's drain ran out of time while it ran")
+                }))
                 .chain(held)
                 .collect()
         };
         let mut nacks = JoinSet::new();
-        for (receipt, delay) in giving_back {
+        for nack in giving_back {
             let shared = self.shared.clone();
             nacks.spawn(async move {
-                shared.nack(&receipt, delay).await;
+                shared.nack(&nack).await;
             });
         }
         while nacks.join_next().await.is_some() {}

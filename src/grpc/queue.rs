@@ -17,8 +17,8 @@ use crate::{
     limits::MAX_WAIT,
     method::Method,
     queue::{
-        scheduler::Scheduler, subscribe::SubscribeSpec, LeaseSpec, Nacked, NewTask, QueueStore,
-        Schedule, Task, TaskState, DEFAULT_MAX_ATTEMPTS, DEFAULT_VISIBILITY, MAX_BATCH,
+        scheduler::Scheduler, subscribe::SubscribeSpec, Failure, LeaseSpec, Nacked, NewTask,
+        QueueStore, Schedule, Task, TaskState, DEFAULT_MAX_ATTEMPTS, DEFAULT_VISIBILITY, MAX_BATCH,
         MAX_DURATION, MAX_PAYLOAD_BYTES, MAX_TASKS,
     },
     redis::TenantScoped,
@@ -165,6 +165,7 @@ fn task_message(task: Task) -> pb::Task {
             .then(|| timestamp_from_ms(task.lease_expires_at_ms)),
         group: task.group,
         priority: task.priority,
+        last_error: task.last_error,
     }
 }
 
@@ -273,10 +274,12 @@ impl QueueService for QueueApi {
             let queue = queue_name(&call, &r.queue)?;
             let receipt = validate::token("receipt", &r.receipt)?;
             let delay = validate::duration("delay", r.delay.as_ref(), DELAY)?;
+            // Never refused for its length: cut (the contract).
+            let failure = Failure::new(&r.error, r.give_up);
             let nacked = self
                 .store
                 .tenant(&call.tenant)
-                .nack(queue, receipt, delay)
+                .nack(queue, receipt, delay, &failure)
                 .await?;
             Ok(pb::NackResponse {
                 requeued: nacked == Nacked::Requeued,

@@ -50,8 +50,8 @@ pub use config::{
 pub use history::{Minute, HISTORY_MINUTES};
 pub use listing::{GroupSummary, Page, QueueSummary};
 pub use model::{
-    Dispatched, Enqueued, Fire, FireOutcome, Fired, LeaseSpec, Leased, Nacked, NewTask, Schedule,
-    Stats, StreamSlots, Task, TaskState,
+    Dispatched, Enqueued, Failure, Fire, FireOutcome, Fired, LeaseSpec, Leased, Nacked, NewTask,
+    Schedule, Stats, StreamSlots, Task, TaskState, CUT_MARK, MAX_ERROR_BYTES,
 };
 pub use scripts::QueueScripts;
 use watch::QueueWatch;

@@ -122,6 +122,39 @@ pub struct Task {
     pub group: String,
     /// Its priority, 0-9.
     pub priority: u32,
+    /// The error its last failed delivery's Nack gave ('' for none).
+    pub last_error: String,
+}
+
+/// The longest error a Nack stores: a longer one is cut, never refused.
+pub const MAX_ERROR_BYTES: usize = 4096;
+/// What ends an error that was cut.
+pub const CUT_MARK: &str = "…[cut]";
+
+/// Why a delivery failed, as its Nack says.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Failure {
+    /// The worker's reason, at most [`MAX_ERROR_BYTES`] ('' for none).
+    pub error: String,
+    /// DEAD now, whatever attempts remain.
+    pub give_up: bool,
+}
+
+impl Failure {
+    /// A failure with `error` cut to [`MAX_ERROR_BYTES`] at a UTF-8 boundary, ending
+    /// with [`CUT_MARK`] when it was cut.
+    pub fn new(error: &str, give_up: bool) -> Self {
+        let error = if error.len() <= MAX_ERROR_BYTES {
+            error.to_owned()
+        } else {
+            let mut end = MAX_ERROR_BYTES - CUT_MARK.len();
+            while !error.is_char_boundary(end) {
+                end -= 1;
+            }
+            format!("{}{CUT_MARK}", &error[..end])
+        };
+        Failure { error, give_up }
+    }
 }
 
 /// How a `Lease` call is to be served.

@@ -1,5 +1,5 @@
 //! The queue scripts' replies into model values, in one place. A task travels as a
-//! row of 11 values, written by `push_row()`/`push_fields()` in `lua/include/push_row.lua` and read
+//! row of 12 values, written by `push_row()`/`push_fields()` in `lua/include/push_row.lua` and read
 //! by [`task_rows`] here; nothing else knows the row's layout.
 
 use prost::bytes::Bytes;
@@ -15,8 +15,8 @@ use crate::{
 };
 
 /// Values per task row: id, payload, state, due, enq, att, max, receipt, lease end,
-/// group, priority.
-const ROW: usize = 11;
+/// group, priority, last error.
+const ROW: usize = 12;
 
 /// Rows of [`ROW`] values each.
 pub(super) fn task_rows(values: &[Value]) -> Result<Vec<Task>> {
@@ -42,6 +42,7 @@ fn task_row(r: &[Value]) -> Result<Task> {
         lease_expires_at_ms: int(r, 8)?,
         group: string(r, 9)?,
         priority: int(r, 10)? as u32,
+        last_error: string(r, 11)?,
     })
 }
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use super::{
     model::{
-        Dispatched, Enqueued, Fire, Fired, LeaseSpec, Leased, Nacked, NewTask, Schedule, Stats,
-        StreamSlots, Task, TaskState,
+        Dispatched, Enqueued, Failure, Fire, Fired, LeaseSpec, Leased, Nacked, NewTask, Schedule,
+        Stats, StreamSlots, Task, TaskState,
     },
     replies,
     scripts::call,
@@ -275,15 +275,24 @@ impl QueueStore {
             .arg(keys.pending());
     }
 
-    /// Gives a delivery back, due at now + `delay` (or DEAD on its last attempt).
-    pub async fn nack(&self, queue: &str, receipt: &str, delay: Duration) -> Result<Nacked> {
+    /// Gives a delivery back, due at now + `delay` (or DEAD on its last attempt, or
+    /// when the failure gives up), keeping the failure's error as the task's last.
+    pub async fn nack(
+        &self,
+        queue: &str,
+        receipt: &str,
+        delay: Duration,
+        failure: &Failure,
+    ) -> Result<Nacked> {
         let keys = self.keys(queue);
         let mut call = call(&self.scripts.nack, &keys);
         call.arg(receipt)
             .arg(delay.as_millis() as u64)
             .arg(self.redis.keys.channel(Event::QueueChanged))
             .arg(keys.pending())
-            .arg(self.redis.keys.channel(Event::SlotFreed));
+            .arg(self.redis.keys.channel(Event::SlotFreed))
+            .arg(&failure.error)
+            .arg(if failure.give_up { "1" } else { "0" });
         let (requeued, dead): (i64, i64) = self.redis.invoke(&call).await?;
         Ok(match (requeued, dead) {
             (1, _) => Nacked::Requeued,

@@ -97,9 +97,9 @@ pub struct SemaphoreKeys {
 pub struct QueueKeys {
     /// Every key, in script order: pending, inflight, dead, tasks, payloads, reserved,
     /// seq, leased, counters, then flow control's config, ready, ranked, rotation,
-    /// groups, wakeups, group_index, and the dashboard's history
-    /// (`src/queue/lua/include/keys.lua` says what each holds).
-    pub all: [String; 17],
+    /// groups, wakeups, group_index, the dashboard's history, and each task's last
+    /// error (`src/queue/lua/include/keys.lua` says what each holds).
+    pub all: [String; 18],
 }
 
 impl SemaphoreKeys {
@@ -285,6 +285,7 @@ impl Keys {
                 "wakeups",
                 "group_index",
                 "history",
+                "errors",
             ]
             .map(|part| format!("{base}:{part}")),
         }

@@ -164,7 +164,7 @@ pub(super) async fn render(
             main,
             "{pager}<div class=\"table-wrap\"><table>\n<caption class=\"muted\">{first}–{last} of {in_state}, in delivery order</caption>\n<thead><tr>{}<th scope=\"col\" class=\"id\">Task</th><th scope=\"col\">Group</th>\
              <th scope=\"col\">Priority</th><th scope=\"col\">Attempts</th>\
-             <th scope=\"col\">Due</th><th scope=\"col\">Payload</th></tr></thead>\n<tbody>\n",
+             <th scope=\"col\">Due</th><th scope=\"col\">Payload</th><th scope=\"col\">Last error</th></tr></thead>\n<tbody>\n",
             if selectable { "<th scope=\"col\"><span class=\"visually-hidden\">Select</span></th>" } else { "" },
         );
         for task in &tasks {
@@ -184,7 +184,7 @@ pub(super) async fn render(
             };
             let _ = writeln!(
                 main,
-                "<tr>{select}<td class=\"id\"><a href=\"/task?queue={}&amp;id={}\">{}</a></td><td>{}</td><td>{}</td><td>{} of {}</td><td>{due}</td><td class=\"payload\">{}</td></tr>",
+                "<tr>{select}<td class=\"id\"><a href=\"/task?queue={}&amp;id={}\">{}</a></td><td>{}</td><td>{}</td><td>{} of {}</td><td>{due}</td><td class=\"payload\">{}</td><td class=\"error\">{}</td></tr>",
                 UrlPart(name),
                 UrlPart(&task.id),
                 esc(&task.id),
@@ -193,6 +193,7 @@ pub(super) async fn render(
                 task.attempt,
                 task.max_attempts,
                 esc(&preview(&task.payload)),
+                esc(&preview(task.last_error.as_bytes())),
             );
         }
         main.push_str("</tbody>\n</table></div>\n");

@@ -101,6 +101,15 @@ async fn render(dashboard: &Dashboard, viewer: Viewer, query: &TaskQuery) -> Res
         instant((task.lease_expires_at_ms > 0).then_some(task.lease_expires_at_ms)),
         task.payload.len(),
     );
+    if !task.last_error.is_empty() {
+        // Why its last delivery failed, as the worker's Nack said (a stack trace keeps
+        // its lines).
+        let _ = write!(
+            main,
+            "<h2>Last error</h2>\n<pre class=\"error\">{}</pre>\n",
+            esc(&task.last_error)
+        );
+    }
     if viewer.admin {
         main.push_str(&actions::task_controls(queue, id, task.state));
     }

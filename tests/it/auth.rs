@@ -199,6 +199,7 @@ async fn call(
                 queue,
                 receipt: "r".into(),
                 delay: None,
+                ..Default::default()
             })
             .await
             .map(drop),
@@ -562,6 +563,7 @@ async fn victim_state(locks: &mut Locks, queues: &mut Queues, name: &str) -> Vic
             queue: name.into(),
             receipt: leased[0].receipt.clone(),
             delay: None,
+            ..Default::default()
         })
         .await
         .expect("nack");
@@ -708,6 +710,7 @@ async fn attack_every_rpc(locks: &mut Locks, queues: &mut Queues, victim: &Victi
             queue: name.clone(),
             receipt: victim.receipt.clone(),
             delay: None,
+            ..Default::default()
         })
         .await
         .expect("nack")

@@ -394,6 +394,7 @@ async fn every_bad_field_of_every_rpc_is_invalid_argument_naming_it_before_redis
         queue: "q".into(),
         receipt: "r".into(),
         delay: None,
+        ..Default::default()
     };
     case!(
         queues.nack,

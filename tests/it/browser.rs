@@ -69,6 +69,7 @@ async fn walk() -> TestResult {
                 queue: "orders".into(),
                 receipt: task.receipt,
                 delay: None,
+                ..Default::default()
             })
             .await?;
     }

@@ -286,6 +286,7 @@ async fn stats_peek_cancel_and_redrive_print_tables_and_json() -> TestResult {
             queue: "mail".into(),
             receipt: leased.tasks[0].receipt.clone(),
             delay: None,
+            ..Default::default()
         })
         .await?;
 
@@ -1169,5 +1170,41 @@ async fn every_long_running_command_ends_as_its_contract_says_on_sigint_and_sigt
             }
         }
     }
+    Ok(())
+}
+
+/// `turnstile work` sends the end of a failed command's stderr as its Nack's error
+/// (and still passes the stderr on): the task's last error says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_sends_the_end_of_a_failed_command_s_stderr_as_the_task_s_last_error() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut dies = task("once", "x");
+    dies.max_attempts = 1;
+    enqueue(&server, "failing", vec![dies]).await?;
+    // Over 4 KiB of noise, then the reason: the reason is what is kept.
+    let script = "head -c 6000 /dev/zero | tr '\\0' 'x' >&2; echo >&2; echo 'cannot reach the mail server' >&2; exit 3";
+    let mut child = cli(&server)
+        .args(["work", "failing", "--", "sh", "-c", script])
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let err = Lines::follow(child.stderr.take().unwrap());
+    err.wait_for("the task died", |l| l.iter().any(|l| l.contains("dead")))
+        .await;
+    // Passed on to our stderr as the command wrote it.
+    assert!(err
+        .all()
+        .iter()
+        .any(|l| l == "cannot reach the mail server"));
+    let dead = peek(&server, "failing", TaskState::Dead).await?;
+    let error = &dead[0].last_error;
+    assert!(error.starts_with("exit 3: "), "{error}");
+    assert!(
+        error.trim_end().ends_with("cannot reach the mail server"),
+        "{error}"
+    );
+    assert!(error.len() <= 4096, "{}", error.len());
+    signal(&child, libc::SIGTERM);
+    assert!(tokio::time::timeout(WAIT, child.wait()).await??.success());
     Ok(())
 }

@@ -614,3 +614,57 @@ async fn tls_and_a_token_come_from_the_environment() -> TestResult {
     assert!(lease.release().await?);
     Ok(())
 }
+
+/// Every Nack carries the failure's text: the retry sees why the last try failed, and
+/// `TaskError::fail` gives up (DEAD now, saying why).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_s_text_is_the_task_s_last_error_and_fail_gives_up() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let client = client_of(&server);
+    let queue = client.queue("outcomes");
+    queue.enqueue(Enqueue::new("x").id("broken")).await?;
+    queue.enqueue(Enqueue::new("x").id("hopeless")).await?;
+    let seen: Arc<Mutex<HashMap<String, Vec<String>>>> = Arc::default();
+    let worker = client
+        .worker("outcomes", {
+            let seen = seen.clone();
+            move |task: Task| {
+                let seen = seen.clone();
+                async move {
+                    seen.lock()
+                        .unwrap()
+                        .entry(task.id.clone())
+                        .or_default()
+                        .push(task.last_error.clone());
+                    match (task.id.as_str(), task.attempt) {
+                        ("broken", 1) => Err(TaskError::msg("the disk is full")),
+                        ("hopeless", _) => Err(TaskError::fail("no such customer")),
+                        _ => Ok(()),
+                    }
+                }
+            }
+        })
+        .backoff(Backoff {
+            initial: Duration::from_millis(100),
+            ..Backoff::default()
+        })
+        .handle_signals(false);
+    let stop = worker.stop_token();
+    let running = tokio::spawn(worker.run());
+    eventually("both ended", WAIT, || async {
+        let retried = seen.lock().unwrap().get("broken").map(Vec::len) == Some(2);
+        retried && counts(&client, "outcomes").await == (0, 0, 0, 1)
+    })
+    .await;
+    stop.cancel();
+    running.await??;
+    assert_eq!(seen.lock().unwrap()["broken"], ["", "the disk is full"]);
+    let dead = queue.peek(turnstile::client::TaskState::Dead, 10).await?;
+    let dead: Vec<_> = dead
+        .iter()
+        .map(|t| (t.id.as_str(), t.attempt, t.last_error.as_str()))
+        .collect();
+    assert_eq!(dead, [("hopeless", 1, "no such customer")]);
+    Ok(())
+}

@@ -612,6 +612,8 @@ async fn a_queue_page_shows_its_tasks_by_state_its_groups_and_payloads_as_text()
             queue: "jobs".into(),
             receipt: doomed.receipt.clone(),
             delay: None,
+            error: "<b>quota</b> exceeded\n  at send (mail.rs:12)".into(),
+            ..Default::default()
         })
         .await?;
     let dead_id = doomed.id.clone();
@@ -647,6 +649,19 @@ async fn a_queue_page_shows_its_tasks_by_state_its_groups_and_payloads_as_text()
     assert!(dead.body.contains("<h2>Dead tasks</h2>"), "{}", dead.body);
     let row_dead = row(&dead.body, &dead_id).expect("the dead task");
     assert_eq!(row_dead[3], "1 of 1");
+    // Why it died: a last-error column (as text), and the whole error on its page.
+    assert_eq!(
+        row_dead[6],
+        "&lt;b&gt;quota&lt;/b&gt; exceeded   at send (mail.rs:12)"
+    );
+    let task_page = get(addr, &format!("/task?queue=jobs&id={dead_id}"), None).await;
+    assert!(
+        task_page.body.contains(
+            "<h2>Last error</h2>\n<pre class=\"error\">&lt;b&gt;quota&lt;/b&gt; exceeded\n  at send (mail.rs:12)</pre>"
+        ),
+        "{}",
+        task_page.body
+    );
     assert!(row(&dead.body, "a1").is_none());
     // A name that is not one: 400 naming it.
     let bad = get(addr, "/queue?name=", None).await;
@@ -872,6 +887,7 @@ async fn actions_are_confirmed_then_done_and_change_what_the_rpcs_see() -> TestR
                 queue: "work".into(),
                 receipt: leased[0].receipt.clone(),
                 delay: None,
+                ..Default::default()
             })
             .await?;
     }

@@ -434,6 +434,7 @@ async fn group_max_in_flight_one_delivers_a_group_in_order_through_nacks_and_dea
             queue: "q".into(),
             receipt: first[0].receipt.clone(),
             delay: ms(300),
+            ..Default::default()
         })
         .await?;
     assert!(
@@ -456,6 +457,7 @@ async fn group_max_in_flight_one_delivers_a_group_in_order_through_nacks_and_dea
             queue: "q".into(),
             receipt: a2[0].receipt.clone(),
             delay: None,
+            ..Default::default()
         })
         .await?
         .into_inner();
@@ -498,6 +500,7 @@ async fn a_serial_group_goes_on_at_once_when_its_waiting_head_is_cancelled_or_mo
                 queue: queue.into(),
                 receipt: a1.receipt.clone(),
                 delay: ms(3_600_000),
+                ..Default::default()
             })
             .await?;
         assert!(next_task(&mut stream, QUIET).await.is_none(), "{queue}");
@@ -771,6 +774,7 @@ async fn list_groups_counts_each_group_s_tasks_by_state_and_pages_by_name(
             queue: "q".into(),
             receipt: dies.receipt.clone(),
             delay: None,
+            ..Default::default()
         })
         .await?;
     let mut seen = Vec::new();

@@ -960,6 +960,7 @@ impl Run {
                     queue: q(),
                     receipt,
                     delay: common::ms(delay),
+                    ..Default::default()
                 })
                 .await
                 .map(|r| {

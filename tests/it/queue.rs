@@ -406,6 +406,7 @@ async fn an_expired_lease_redelivers_with_a_new_receipt_and_the_old_one_is_stale
             queue: "q".into(),
             receipt: first.receipt.clone(),
             delay: None,
+            ..Default::default()
         })
         .await?;
     assert!(!nack.get_ref().requeued && !nack.get_ref().dead);
@@ -459,6 +460,7 @@ async fn nack_requeues_until_max_attempts_then_the_task_is_dead_until_redriven(
         queue: "q".into(),
         receipt,
         delay: ms(delay),
+        ..Default::default()
     };
     let requeued = queues
         .nack(nack(first.receipt.clone(), 200))
@@ -516,6 +518,7 @@ async fn redrive_by_ids_and_of_hundreds_of_dead_tasks_in_bounded_runs(
                 queue: "q".into(),
                 receipt: task.receipt,
                 delay: None,
+                ..Default::default()
             })
             .await?
             .into_inner();
@@ -919,7 +922,8 @@ async fn every_rpc(
         NackRequest {
             queue: q(),
             receipt: receipt.to_owned(),
-            delay: None
+            delay: None,
+            ..Default::default()
         }
     );
     call!(
@@ -1104,6 +1108,7 @@ async fn bad_queue_input_is_invalid_argument_naming_the_field(redis: TestStore) 
                 queue: "q".into(),
                 receipt: String::new(),
                 delay: None,
+                ..Default::default()
             })
             .await,
         "receipt",
@@ -1112,6 +1117,7 @@ async fn bad_queue_input_is_invalid_argument_naming_the_field(redis: TestStore) 
         queue: "q".into(),
         receipt: "r".into(),
         delay: ms(-1),
+        ..Default::default()
     };
     expect(queues.nack(nack).await, "delay");
     let extend = ExtendLeaseRequest {
@@ -1301,6 +1307,7 @@ async fn nack_with_delay_zero_is_ready_at_once_for_the_next_attempt(
             queue: "q".into(),
             receipt: first.receipt.clone(),
             delay: ms(0),
+            ..Default::default()
         })
         .await?
         .into_inner();
@@ -1309,5 +1316,97 @@ async fn nack_with_delay_zero_is_ready_at_once_for_the_next_attempt(
     assert_eq!(ids(&again), ["n"]);
     assert_eq!(again[0].attempt, 2);
     assert_ne!(again[0].receipt, first.receipt);
+    Ok(())
+}
+
+on_each_store!(a_nack_s_error_is_the_task_s_last_error_until_the_task_is_gone);
+async fn a_nack_s_error_is_the_task_s_last_error_until_the_task_is_gone(
+    redis: TestStore,
+) -> TestResult {
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    let nack = |receipt: &str, error: &str, give_up: bool| NackRequest {
+        queue: "q".into(),
+        receipt: receipt.into(),
+        delay: None,
+        error: error.into(),
+        give_up,
+    };
+    enqueue(&mut queues, vec![spec("a", "a"), spec("b", "b")]).await?;
+    let first = lease(&mut queues, 2, 60_000).await?;
+    assert!(first.iter().all(|t| t.last_error.is_empty()));
+    // a fails with a reason: its next delivery carries it, and Peek shows it.
+    let a = first.iter().find(|t| t.id == "a").unwrap();
+    let requeued = queues.nack(nack(&a.receipt, "disk full", false)).await?;
+    assert!(requeued.get_ref().requeued);
+    assert_eq!(
+        peek(&mut queues, TaskState::Ready, 10).await?[0].last_error,
+        "disk full"
+    );
+    let again = lease(&mut queues, 1, 60_000).await?;
+    assert_eq!((again[0].id.as_str(), again[0].attempt), ("a", 2));
+    assert_eq!(again[0].last_error, "disk full");
+    // b gives up on its first of 25 attempts: DEAD now, saying why. An error over
+    // 4 KiB is cut at a character boundary and marked, never refused.
+    let b = first.iter().find(|t| t.id == "b").unwrap();
+    let long = "é".repeat(3_000);
+    let dead = queues
+        .nack(nack(&b.receipt, &long, true))
+        .await?
+        .into_inner();
+    assert!(dead.dead && !dead.requeued);
+    let dead = peek(&mut queues, TaskState::Dead, 10).await?;
+    assert_eq!((dead[0].id.as_str(), dead[0].attempt), ("b", 1));
+    let kept = &dead[0].last_error;
+    assert!(
+        kept.len() <= 4096 && kept.ends_with("…[cut]"),
+        "{}",
+        kept.len()
+    );
+    assert!(kept.starts_with("éé"));
+    // A Nack without an error keeps the last one.
+    queues.nack(nack(&again[0].receipt, "", false)).await?;
+    assert_eq!(
+        peek(&mut queues, TaskState::Ready, 10).await?[0].last_error,
+        "disk full"
+    );
+    // Acked, the task and its error are gone: the same id enqueued again starts clean.
+    let third = lease(&mut queues, 1, 60_000).await?;
+    assert_eq!(ack(&mut queues, &[&third[0].receipt]).await?, [true]);
+    enqueue(&mut queues, vec![spec("a", "a")]).await?;
+    assert_eq!(
+        peek(&mut queues, TaskState::Ready, 10).await?[0].last_error,
+        ""
+    );
+    // A DEAD task redriven keeps why it died; cancelled, it is gone with its error.
+    queues
+        .redrive(RedriveRequest {
+            queue: "q".into(),
+            ids: vec!["b".into()],
+        })
+        .await?;
+    let ready = peek(&mut queues, TaskState::Ready, 10).await?;
+    let b = ready.iter().find(|t| t.id == "b").unwrap();
+    assert!(b.last_error.ends_with("…[cut]"));
+    queues
+        .cancel(CancelRequest {
+            queue: "q".into(),
+            ids: vec!["b".into()],
+        })
+        .await?;
+    enqueue(&mut queues, vec![spec("b", "b")]).await?;
+    let ready = peek(&mut queues, TaskState::Ready, 10).await?;
+    assert!(ready.iter().all(|t| t.last_error.is_empty()), "{ready:?}");
+    // Replacing a waiting task that failed starts it clean too.
+    let c = {
+        enqueue(&mut queues, vec![spec("c", "c")]).await?;
+        let leased = lease(&mut queues, 3, 60_000).await?;
+        leased.into_iter().find(|t| t.id == "c").unwrap()
+    };
+    queues.nack(nack(&c.receipt, "flaky", false)).await?;
+    enqueue(&mut queues, vec![replacing(spec("c", "c2"))]).await?;
+    let c = peek(&mut queues, TaskState::Ready, 10).await?;
+    let c = c.iter().find(|t| t.id == "c").unwrap();
+    assert_eq!(c.last_error, "");
     Ok(())
 }

@@ -312,6 +312,7 @@ async fn lease_and_nack(
             queue: queue.into(),
             receipt: leased[0].receipt.clone(),
             delay: None,
+            ..Default::default()
         })
         .await?;
     Ok(())
@@ -398,6 +399,7 @@ async fn metrics_count_known_traffic_by_method_code_stream_and_queue() -> TestRe
             queue: "mq".into(),
             receipt: leased[0].receipt.clone(),
             delay: None,
+            ..Default::default()
         })
         .await?;
     // The nacked task is due now, after task 3: both come in the next lease.

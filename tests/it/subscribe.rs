@@ -133,6 +133,7 @@ async fn subscribe_never_pushes_more_than_max_in_flight_and_an_ack_or_nack_frees
             queue: "q".into(),
             receipt: first[1].receipt.clone(),
             delay: ms(60_000),
+            ..Default::default()
         })
         .await?
         .into_inner();

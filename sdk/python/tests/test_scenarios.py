@@ -20,6 +20,7 @@ from harness import Redis, Server, eventually
 from turnstile_client import (
     Backoff,
     Client,
+    Fail,
     InvalidArgument,
     LeaseLost,
     LockState,
@@ -215,6 +216,37 @@ def test_6_a_worker_handles_each_task_once_retries_failures_and_honours_retry(
     assert len(failed) == 2 and failed[1] - failed[0] >= 0.3 * 0.8
     later = attempts["retry-later"]
     assert len(later) == 2 and later[1] - later[0] >= 0.7
+
+
+def test_a_failure_s_text_is_the_task_s_last_error_and_fail_gives_up(server: Server) -> None:
+    seen: Dict[str, List[str]] = {}
+    guard = threading.Lock()
+
+    def handle(task: Task) -> None:
+        with guard:
+            seen.setdefault(task.id, []).append(task.last_error)
+        if task.id == "broken" and task.attempt == 1:
+            raise RuntimeError("the disk is full")
+        if task.id == "hopeless":
+            raise Fail("no such customer")
+
+    with Client(server.url) as client:
+        queue = client.queue("outcomes")
+        queue.enqueue(b"x", id="broken")
+        queue.enqueue(b"x", id="hopeless")
+        worker = client.worker("outcomes", handle, backoff=Backoff(initial=0.1))
+        runner = threading.Thread(target=worker.run)
+        runner.start()
+        eventually("both ended", lambda: len(seen.get("broken", [])) == 2 and queue.stats().dead == 1)
+        worker.stop()
+        runner.join(30)
+        # The retry saw why the first try failed: the exception and its stack trace.
+        assert seen["broken"][0] == ""
+        assert "RuntimeError: the disk is full" in seen["broken"][1]
+        assert "Traceback" in seen["broken"][1]
+        # Fail: DEAD on its first of 25 attempts, saying why.
+        dead = queue.peek("dead", 10)
+        assert [(t.id, t.attempt, t.last_error) for t in dead] == [("hopeless", 1, "no such customer")]
 
 
 def test_7_a_handler_running_three_visibilities_is_not_delivered_twice(server: Server) -> None:

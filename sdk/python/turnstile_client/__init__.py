@@ -21,7 +21,18 @@ from .errors import (
     Unauthenticated,
     Unavailable,
 )
-from .types import Enqueued, LockState, QueueConfig, RateLimit, Retry, Schedule, Stats, Task, TaskSpec
+from .types import (
+    Enqueued,
+    Fail,
+    LockState,
+    QueueConfig,
+    RateLimit,
+    Retry,
+    Schedule,
+    Stats,
+    Task,
+    TaskSpec,
+)
 
 __all__ = [
     "AsyncClient",
@@ -44,6 +55,7 @@ __all__ = [
     "RateLimit",
     "ResourceExhausted",
     "Retry",
+    "Fail",
     "Schedule",
     "Schedules",
     "Stats",

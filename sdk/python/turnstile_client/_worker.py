@@ -19,6 +19,7 @@ import secrets
 import signal
 import socket
 import threading
+import traceback
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
@@ -29,7 +30,7 @@ import grpc.aio
 from ._convert import DurationLike, seconds
 from ._rpc import FINAL, RETRY, Backoff, Rpc
 from .errors import TurnstileError, from_rpc_error
-from .types import Retry, Task
+from .types import Fail, Retry, Task
 from .v1 import queue_pb2
 
 log = logging.getLogger("turnstile_client")
@@ -109,6 +110,14 @@ class _Acks:
             await self._idle.wait()
 
 
+def _error_text(err: BaseException) -> str:
+    """What a Nack says of a failure: the exception and its stack trace (the server
+    keeps the first 4 KiB)."""
+    if isinstance(err, (Retry, Fail)):
+        return str(err)
+    return "".join(traceback.format_exception(type(err), err, err.__traceback__)).strip()
+
+
 class _Run:
     def __init__(self, task: Task) -> None:
         self.task = task
@@ -154,7 +163,7 @@ class Worker:
         self._running: Dict[str, _Run] = {}
         self._draining = False
         self._unstarted: List[str] = []
-        self._held_nacks: List[Tuple[str, float]] = []
+        self._held_nacks: List[Tuple[str, float, str, bool]] = []
         self._cut: Set[str] = set()
 
     def stop(self) -> None:
@@ -257,6 +266,9 @@ class Worker:
                 delay = seconds(retry.delay, "delay")
                 self._hook(self.hooks.on_retry, task, delay)
                 await self._nack(run, delay, retry)
+            except Fail as fail:
+                log.warning("handler gave up on task %s (attempt %d): %s", task.id, task.attempt, fail)
+                await self._nack(run, 0.0, fail, give_up=True)
             except Exception as err:
                 log.warning("handler failed on task %s (attempt %d): %s", task.id, task.attempt, err)
                 await self._nack(run, self.backoff.delay(task.attempt), err)
@@ -269,20 +281,27 @@ class Worker:
             extender.cancel()
             self._running.pop(task.receipt, None)
 
-    async def _nack(self, run: _Run, delay: float, err: BaseException) -> None:
+    async def _nack(
+        self, run: _Run, delay: float, err: BaseException, give_up: bool = False
+    ) -> None:
         task = run.task
         self._hook(self.hooks.on_failure, task, err)
         if run.lost or task.receipt in self._cut:
             return
+        error = _error_text(err)
         if self._draining:
-            self._held_nacks.append((task.receipt, delay))
+            self._held_nacks.append((task.receipt, delay, error, give_up))
             return
-        dead = await self._send_nack(task.receipt, delay)
+        dead = await self._send_nack(task.receipt, delay, error, give_up)
         if dead:
             self._hook(self.hooks.on_dead, task, err)
 
-    async def _send_nack(self, receipt: str, delay: float) -> bool:
-        request = queue_pb2.NackRequest(queue=self.queue, receipt=receipt)
+    async def _send_nack(
+        self, receipt: str, delay: float, error: str = "", give_up: bool = False
+    ) -> bool:
+        request = queue_pb2.NackRequest(
+            queue=self.queue, receipt=receipt, error=error, give_up=give_up
+        )
         request.delay.FromMilliseconds(int(delay * 1000))
         try:
             reply = await self._rpc.call(self._rpc.queues.Nack, request)
@@ -331,8 +350,9 @@ class Worker:
         stream.cancel()
         await asyncio.gather(stream, return_exceptions=True)
         await self._acks.flush()
-        giving_back = [(r, 0.0) for r in self._unstarted + sorted(self._cut)] + self._held_nacks
-        await asyncio.gather(*(self._send_nack(r, d) for r, d in giving_back))
+        giving_back = [(r, 0.0, "", False) for r in self._unstarted + sorted(self._cut)]
+        giving_back += self._held_nacks
+        await asyncio.gather(*(self._send_nack(r, d, e, g) for r, d, e, g in giving_back))
 
     def _hook(self, hook: Optional[Callable[..., None]], *args: Any) -> None:
         if hook is None:

@@ -36,6 +36,8 @@ class Task:
     receipt: str = ""
     lease_expires_at: Optional[datetime] = None
     queue: str = ""
+    last_error: str = ""
+    """Why its last delivery failed, as that Nack said ('' when none did)."""
     cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
     """Set when this delivery's lease is lost or the worker's drain ran out of time."""
 
@@ -60,6 +62,7 @@ class Task:
             receipt=task.receipt,
             lease_expires_at=instant(task.lease_expires_at),
             queue=queue,
+            last_error=task.last_error,
         )
 
 
@@ -157,6 +160,15 @@ class Schedule:
     paused: bool
     next_fire_at: Optional[datetime]
     last_fire_at: Optional[datetime]
+
+
+class Fail(Exception):
+    """Raise from a handler to give up on the task: DEAD now, whatever attempts remain,
+    with `reason` as its last error."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class Retry(Exception):

@@ -31,6 +31,8 @@ export class Task {
   readonly state: TaskState;
   readonly receipt: string;
   readonly leaseExpiresAt: Date | undefined;
+  /** Why its last delivery failed, as that Nack said ("" when none did). */
+  readonly lastError: string;
   /** Aborted when this delivery's lease is lost or the worker's drain ran out of time. */
   readonly signal: AbortSignal;
 
@@ -46,6 +48,7 @@ export class Task {
     this.state = STATE_NAMES[wire.state] ?? "ready";
     this.receipt = wire.receipt;
     this.leaseExpiresAt = instant(wire.lease_expires_at);
+    this.lastError = wire.last_error ?? "";
     this.signal = signal ?? new AbortController().signal;
   }
 
@@ -127,6 +130,15 @@ export interface Schedule {
 }
 
 /** Throw from a handler to give the task back, due again after `delay`. */
+/** Throw from a handler to give up on the task: DEAD now, whatever attempts remain, with
+ * `reason` as its last error. */
+export class Fail extends Error {
+  constructor(readonly reason: string) {
+    super(reason);
+    this.name = "Fail";
+  }
+}
+
 export class Retry extends Error {
   constructor(
     readonly delay: DurationLike = 0,

@@ -16,10 +16,26 @@ import { hostname } from "node:os";
 import { Backoff, RETRY, duration, millis, sleep, type DurationLike } from "./convert.js";
 import { fromGrpcError } from "./errors.js";
 import { FINAL, type Message, type Rpc } from "./rpc.js";
-import { Retry, Task } from "./types.js";
+import { Fail, Retry, Task } from "./types.js";
 
 /** The most receipts one Ack carries. */
 export const ACK_BATCH = 64;
+
+/** A Nack to send: the delivery, when it is due again, and why. */
+interface Nack {
+  receipt: string;
+  delay: number;
+  error: string;
+  giveUp: boolean;
+}
+
+/** What a Nack says of a failure: its stack (name, message and frames) where it has one
+ * (the server keeps the first 4 KiB). */
+function errorText(error: unknown): string {
+  if (error instanceof Retry || error instanceof Fail) return error.message;
+  if (error instanceof Error) return error.stack ?? `${error.name}: ${error.message}`;
+  return String(error);
+}
 
 export type Handler = (task: Task) => unknown;
 
@@ -109,7 +125,7 @@ export class Worker {
   private readonly running = new Map<string, Run>();
   private readonly cut = new Set<string>();
   private readonly unstarted: string[] = [];
-  private readonly heldNacks: [string, number][] = [];
+  private readonly heldNacks: Nack[] = [];
   private draining = false;
   private acks: Acks;
   private call: grpc.ClientReadableStream<Message> | undefined;
@@ -245,11 +261,12 @@ export class Worker {
       const delay = error instanceof Retry ? millis(error.delay, "delay") : this.backoff.delay(task.attempt);
       if (error instanceof Retry) this.hook(this.hooks.onRetry, task, delay);
       this.hook(this.hooks.onFailure, task, error);
+      const nack: Nack = { receipt: task.receipt, delay, error: errorText(error), giveUp: error instanceof Fail };
       if (this.draining) {
-        this.heldNacks.push([task.receipt, delay]);
+        this.heldNacks.push(nack);
         return;
       }
-      if (await this.nack(task.receipt, delay)) this.hook(this.hooks.onDead, task, error);
+      if (await this.nack(nack)) this.hook(this.hooks.onDead, task, error);
     } finally {
       clearTimeout(extender.timer);
       extender.stopped = true;
@@ -257,9 +274,15 @@ export class Worker {
     }
   }
 
-  private async nack(receipt: string, delay: number): Promise<boolean> {
+  private async nack(nack: Nack): Promise<boolean> {
     try {
-      const reply = await this.rpc.call(this.rpc.queues, "Nack", { queue: this.queue, receipt, delay: duration(delay) });
+      const reply = await this.rpc.call(this.rpc.queues, "Nack", {
+        queue: this.queue,
+        receipt: nack.receipt,
+        delay: duration(nack.delay),
+        error: nack.error,
+        give_up: nack.giveUp,
+      });
       return reply.dead;
     } catch {
       return false; // the delivery comes back when its lease ends
@@ -313,8 +336,8 @@ export class Worker {
     }
     this.call?.cancel();
     await this.acks.flush();
-    const back: [string, number][] = [...this.unstarted, ...this.cut].map((r) => [r, 0]);
-    await Promise.all([...back, ...this.heldNacks].map(([r, d]) => this.nack(r, d)));
+    const back: Nack[] = [...this.unstarted, ...this.cut].map((receipt) => ({ receipt, delay: 0, error: "", giveUp: false }));
+    await Promise.all([...back, ...this.heldNacks].map((nack) => this.nack(nack)));
   }
 
   private hook<A extends unknown[]>(hook: ((...args: A) => void) | undefined, ...args: A): void {

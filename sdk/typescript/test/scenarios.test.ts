@@ -9,7 +9,7 @@ import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { after, afterEach, before, test } from "node:test";
 
-import { Backoff, Client, InvalidArgument, LeaseLost, Retry, Unauthenticated, type LockState, type Task } from "@turnstile/client";
+import { Backoff, Client, Fail, InvalidArgument, LeaseLost, Retry, Unauthenticated, type LockState, type Task } from "@turnstile/client";
 
 import { Redis, Server, eventually } from "./harness.js";
 
@@ -198,6 +198,38 @@ test("6: a worker handles each task once, retries failures and honours Retry", a
   assert.ok(failed.length === 2 && failed[1] - failed[0] >= 300 * 0.8);
   const later = attempts.get("retry-later")!;
   assert.ok(later.length === 2 && later[1] - later[0] >= 700);
+});
+
+test("a failure's text is the task's last error, and Fail gives up", async () => {
+  const s = await server();
+  const c = client(s.url);
+  const queue = c.queue("outcomes");
+  await queue.enqueue("x", { id: "broken" });
+  await queue.enqueue("x", { id: "hopeless" });
+  const seen = new Map<string, string[]>();
+  const worker = c.worker(
+    "outcomes",
+    async (task: Task) => {
+      seen.set(task.id, [...(seen.get(task.id) ?? []), task.lastError]);
+      if (task.id === "broken" && task.attempt === 1) throw new Error("the disk is full");
+      if (task.id === "hopeless") throw new Fail("no such customer");
+    },
+    { backoff: new Backoff(100), handleSignals: false },
+  );
+  const running = worker.run();
+  await eventually("both ended", async () => seen.get("broken")?.length === 2 && (await queue.stats()).dead === 1);
+  await worker.close();
+  await running;
+  // The retry saw why the first try failed: the error and its stack.
+  const broken = seen.get("broken")!;
+  assert.equal(broken[0], "");
+  assert.ok(broken[1].startsWith("Error: the disk is full\n    at "), broken[1]);
+  // Fail: DEAD on its first of 25 attempts, saying why.
+  const dead = await queue.peek("dead", 10);
+  assert.deepEqual(
+    dead.map((t) => [t.id, t.attempt, t.lastError]),
+    [["hopeless", 1, "no such customer"]],
+  );
 });
 
 test("7: a handler running three visibilities is not delivered twice", async () => {

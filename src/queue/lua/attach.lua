@@ -6,7 +6,7 @@
 -- Clock: Redis TIME.
 -- A run that returned a full run's worth of expired leases answers AGAIN and does
 -- nothing else (include/reclaim.lua); the store runs it again.
--- Returns 11 per task as include/push_row.lua's push_row().
+-- Returns 12 per task as include/push_row.lua's push_row().
 --- @include "keys"
 --- @include "now_ms"
 --- @include "meta"
@@ -27,7 +27,8 @@ each_leased(tag, function(entry, id, meta)
   if meta and meta.state == IN_FLIGHT and meta.tag == tag and meta.lease_end > now then
     meta.session = session
     relet(id, meta, now + visibility_ms)
-    push_row(out, id, meta, redis.call('HGET', payloads, id), now)
+    push_row(out, id, meta, redis.call('HGET', payloads, id), now,
+      redis.call('HGET', errors, id))
   elseif not meta or meta.tag ~= tag then
     redis.call('ZREM', leased, entry)
   end

@@ -1,8 +1,9 @@
 -- nack.lua: give a delivery back, due again at now + delay, or DEAD when it was the
--- last attempt; a stale receipt changes nothing.
+-- last attempt or the worker gave up; a stale receipt changes nothing.
 -- KEYS: the queue's keys (include/keys.lua)
 -- ARGV[1] receipt, ARGV[2] delay ms, ARGV[3] the queue-changed channel,
--- ARGV[4] its message, ARGV[5] the slot-freed channel
+-- ARGV[4] its message, ARGV[5] the slot-freed channel, ARGV[6] the error (empty:
+-- none; the caller cut it to its bound), ARGV[7] '1' to give up (DEAD now)
 -- Clock: Redis TIME.
 -- Returns {requeued 0/1, dead 0/1}.
 --- @include "now_ms"
@@ -13,6 +14,7 @@
 --- @include "group_state"
 local receipt, delay_ms, changed_channel, changed_message, slot_freed_channel =
   ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5]
+local failure, give_up = ARGV[6], ARGV[7] == '1'
 
 local now = now_ms()
 open_flow(now)
@@ -24,7 +26,10 @@ local ends = ending()
 ends.unlease(id, meta)
 local freed = ends.flush()
 local tag = meta.tag
-local state = give_back(id, meta, now + delay_ms)
+if failure ~= '' then
+  redis.call('HSET', errors, id, failure)
+end
+local state = give_back(id, meta, now + delay_ms, give_up)
 if tag then
   redis.call('PUBLISH', slot_freed_channel, tag)
 end

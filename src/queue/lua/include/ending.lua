@@ -57,6 +57,7 @@ local function ending()
     if #gone > 0 then
       bulk('HDEL', tasks, gone)
       bulk('HDEL', payloads, gone)
+      bulk('HDEL', errors, gone)
     end
     if #windows > 0 then
       bulk('ZADD', reserved, windows)

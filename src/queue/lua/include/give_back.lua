@@ -6,15 +6,16 @@
 --- @include "load"
 --- @include "group_state"
 --- @include "wait_again"
--- Back to pending at `due`, or DEAD when out of attempts (counted in the dead-letter
--- counter). The caller ended its lease (ending().unlease). Returns the new state. With
--- group_max_in_flight 1 its group delivers it again before any other of its tasks.
-local function give_back(id, meta, due)
+-- Back to pending at `due`, or DEAD when out of attempts or `dead_now` (counted in the
+-- dead-letter counter). The caller ended its lease (ending().unlease). Returns the new
+-- state. With group_max_in_flight 1 its group delivers it again before any other of
+-- its tasks.
+local function give_back(id, meta, due, dead_now)
   meta.receipt = nil
   meta.lease_end = nil
   meta.tag = nil
   meta.session = nil
-  if meta.attempt >= meta.max_attempts then
+  if dead_now or meta.attempt >= meta.max_attempts then
     meta.state = DEAD
     redis.call('ZADD', dead, meta.due, member_of(meta, id))
     redis.call('HINCRBY', counters, 'dead', 1)
