@@ -307,6 +307,7 @@ pub async fn peek(args: PeekArgs) -> Outcome {
                 "max_attempts": task.max_attempts,
                 "group": task.group,
                 "priority": task.priority,
+                "last_error": task.last_error,
             });
             object[key] = payload;
             println!("{object}");
@@ -324,13 +325,23 @@ pub async fn peek(args: PeekArgs) -> Outcome {
                 rfc3339(task.due_at.as_ref()),
                 format!("{}/{}", task.attempt, task.max_attempts),
                 payload_preview(&task.payload),
+                payload_preview(task.last_error.as_bytes()),
             ]
         })
         .collect();
     print!(
         "{}",
         table(
-            &["ID", "STATE", "GROUP", "PRIORITY", "DUE_AT", "ATTEMPTS", "PAYLOAD"],
+            &[
+                "ID",
+                "STATE",
+                "GROUP",
+                "PRIORITY",
+                "DUE_AT",
+                "ATTEMPTS",
+                "PAYLOAD",
+                "LAST_ERROR",
+            ],
             &rows
         )
     );

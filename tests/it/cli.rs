@@ -1204,6 +1204,11 @@ async fn work_sends_the_end_of_a_failed_command_s_stderr_as_the_task_s_last_erro
         "{error}"
     );
     assert!(error.len() <= 4096, "{}", error.len());
+    // `peek` shows it too.
+    let (status, out, _) =
+        output(cli(&server).args(["peek", "failing", "--state", "dead", "--json"])).await;
+    assert!(status.success());
+    assert_eq!(json(out.trim())["last_error"], error.as_str());
     signal(&child, libc::SIGTERM);
     assert!(tokio::time::timeout(WAIT, child.wait()).await??.success());
     Ok(())
