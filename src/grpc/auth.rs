@@ -1,6 +1,6 @@
 //! Where auth is enforced: [`Authorized`] wraps each of our gRPC services and checks
 //! every call before tonic decodes a byte of it or any handler runs, for unary and
-//! streaming RPCs alike; [`Revocable`] ends an open stream whose token is revoked.
+//! streaming RPCs alike (`revocable.rs` ends an open stream whose token is revoked).
 
 use std::{
     future::Future,
@@ -8,21 +8,16 @@ use std::{
     task::{Context, Poll},
 };
 
-use tokio_stream::Stream;
 use tonic::{
     codegen::{http, Service},
     server::NamedService,
     Status,
 };
 
-use super::rpc::Refusal;
-use crate::{
-    auth::{Auth, Caller},
-    error::Error,
-    method::Method,
-};
+use super::metered::Refusal;
+use crate::{auth::Auth, method::Method};
 
-/// A service whose calls must pass [`Auth::check`]; the [`Caller`] goes in the
+/// A service whose calls must pass [`Auth::check`]; the [`Caller`](crate::auth::Caller) goes in the
 /// request's extensions, a refusal is answered here as a gRPC status (marked with a
 /// [`Refusal`], which the RPC path's metering counts).
 #[derive(Clone, Debug)]
@@ -81,51 +76,4 @@ where
 
 impl<S: NamedService> NamedService for Authorized<S> {
     const NAME: &'static str = S::NAME;
-}
-
-/// A stream that ends with the error of [`Caller::revoked`] when its caller's token is
-/// revoked. The inner stream is dropped at that moment, which is what a client's
-/// cancel does too: a Hold releases its lock, a Subscribe gives its tasks back.
-pub struct Revocable<S> {
-    inner: Option<Pin<Box<S>>>,
-    revoked: Pin<Box<dyn Future<Output = Error> + Send>>,
-}
-
-impl<S> Revocable<S> {
-    /// `inner`, ended when `caller`'s token no longer lets it in.
-    pub fn new(inner: S, caller: Caller) -> Self {
-        Self::until(inner, async move { caller.revoked().await })
-    }
-
-    /// `inner`, ended with the error `end` completes with (a connection's retirement).
-    pub fn until(inner: S, end: impl Future<Output = Error> + Send + 'static) -> Self {
-        Self {
-            inner: Some(Box::pin(inner)),
-            revoked: Box::pin(end),
-        }
-    }
-}
-
-impl<S, T> Stream for Revocable<S>
-where
-    S: Stream<Item = Result<T, Error>>,
-{
-    type Item = Result<T, Error>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let Some(inner) = self.inner.as_mut() else {
-            return Poll::Ready(None);
-        };
-        let next = inner.as_mut().poll_next(cx);
-        if next.is_ready() {
-            return next;
-        }
-        match self.revoked.as_mut().poll(cx) {
-            Poll::Ready(err) => {
-                self.inner = None;
-                Poll::Ready(Some(Err(err)))
-            }
-            Poll::Pending => Poll::Pending,
-        }
-    }
 }

@@ -15,13 +15,13 @@ use super::{
     auth::Authorized,
     connections::{ConnectionAge, ConnectionLimit},
     lock::LockApi,
+    metered::Metered,
     pb::{
         self, lock_service_server::LockServiceServer, queue_service_server::QueueServiceServer,
         schedule_service_server::ScheduleServiceServer,
         semaphore_service_server::SemaphoreServiceServer,
     },
     queue::QueueApi,
-    rpc::Metered,
     schedule::ScheduleApi,
     semaphore::SemaphoreApi,
     wire::SizeLimited,
@@ -119,49 +119,43 @@ pub async fn serve(
         )))
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(SizeLimited(Metered::new(
-            Authorized::new(
-                LockServiceServer::new(LockApi::new(locks, settings.stream_heartbeat))
-                    .max_decoding_message_size(settings.max_message_size),
-                auth.clone(),
-            ),
-            metrics.clone(),
-        )))
-        .add_service(SizeLimited(Metered::new(
-            Authorized::new(
-                QueueServiceServer::new(QueueApi::new(
-                    queues,
-                    scheduler,
-                    settings.stream_heartbeat,
-                ))
+        .add_service(guarded(
+            &auth,
+            &metrics,
+            LockServiceServer::new(LockApi::new(locks, settings.stream_heartbeat))
                 .max_decoding_message_size(settings.max_message_size),
-                auth.clone(),
-            ),
-            metrics.clone(),
-        )))
-        .add_service(SizeLimited(Metered::new(
-            Authorized::new(
-                ScheduleServiceServer::new(ScheduleApi::new(schedules))
-                    .max_decoding_message_size(settings.max_message_size),
-                auth.clone(),
-            ),
-            metrics.clone(),
-        )))
-        .add_service(SizeLimited(Metered::new(
-            Authorized::new(
-                SemaphoreServiceServer::new(SemaphoreApi::new(
-                    semaphores,
-                    settings.stream_heartbeat,
-                ))
+        ))
+        .add_service(guarded(
+            &auth,
+            &metrics,
+            QueueServiceServer::new(QueueApi::new(queues, scheduler, settings.stream_heartbeat))
                 .max_decoding_message_size(settings.max_message_size),
-                auth,
-            ),
-            metrics,
-        )))
+        ))
+        .add_service(guarded(
+            &auth,
+            &metrics,
+            ScheduleServiceServer::new(ScheduleApi::new(schedules))
+                .max_decoding_message_size(settings.max_message_size),
+        ))
+        .add_service(guarded(
+            &auth,
+            &metrics,
+            SemaphoreServiceServer::new(SemaphoreApi::new(semaphores, settings.stream_heartbeat))
+                .max_decoding_message_size(settings.max_message_size),
+        ))
         .serve_with_incoming_shutdown(
             connections.accept(listener, settings.connection_age),
             draining,
         )
         .await
         .map_err(|err| format!("server failed: {err}"))
+}
+
+/// The one layer stack of each of our services, outside in: the size ceiling (before a
+/// byte is decoded), metering, then auth.
+fn guarded<S>(auth: &Auth, metrics: &Metrics, service: S) -> SizeLimited<Metered<Authorized<S>>> {
+    SizeLimited(Metered::new(
+        Authorized::new(service, auth.clone()),
+        metrics.clone(),
+    ))
 }
