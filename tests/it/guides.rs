@@ -5,7 +5,7 @@
 //! scratch directory under `target/tmp`, then every example against a real server.
 //! Examples that loop forever (a worker, a leader holding its lock) run until they
 //! print what shows they work, then stop. Skipped, saying why, only where the
-//! language's tools or registry cannot be had.
+//! language's tools or registry cannot be had, and never under CI (`CI` set).
 
 use crate::common;
 
@@ -109,6 +109,11 @@ fn set_up(dir: &Path, setup: &str, done: &str) -> bool {
         .expect("bash");
     if !output.status.success() {
         let why = String::from_utf8_lossy(&output.stderr);
+        // Under CI every tool and registry is there: a set-up that fails, fails.
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must run the guides' examples; their set-up failed:\n{why}"
+        );
         if why.contains("ensurepip") || why.contains("No module named venv") {
             println!("skipped: Python's venv is not installed here: {why}");
             return false;

@@ -2,7 +2,8 @@
 //! from `proto/` at test time) and Node (`@grpc/grpc-js` with `@grpc/proto-loader`),
 //! each doing a lock round trip, Hold with a re-attach by token, Enqueue, Subscribe and
 //! Ack (`tests/interop/`). Their toolchains are set up once per target directory
-//! (a venv, a node_modules); where one cannot be installed the test says why and skips.
+//! (a venv, a node_modules); where one cannot be installed the test says why and skips
+//! (under CI, where every toolchain is installed, it fails instead).
 
 use crate::common;
 
@@ -90,8 +91,13 @@ pub fn node_env() -> Result<PathBuf, String> {
     Ok(dir.join("node_modules"))
 }
 
-/// Says why a test does not run, where `cargo test` shows it.
+/// Says why a test does not run, where `cargo test` shows it; under CI (`CI` set),
+/// where every toolchain is installed, a missing one fails the test instead.
 fn skip(test: &str, why: &str) -> TestResult {
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI must run {test}: its toolchain could not be set up: {why}"
+    );
     eprintln!("SKIPPED {test}: its toolchain could not be set up: {why}");
     Ok(())
 }
