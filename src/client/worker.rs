@@ -67,7 +67,12 @@ pub struct Task {
     pub due_at: SystemTime,
     /// Why its last delivery failed, as that Nack said ('' when none did).
     pub last_error: String,
+    /// The latest progress a handler reported on it ([`Task::progress`]), as this
+    /// delivery found it: where a retry may resume (empty when none was reported).
+    pub last_progress: Vec<u8>,
     receipt: String,
+    /// Progress reported and not yet sent: it rides on the next lease extension.
+    reported: Arc<Mutex<Option<Vec<u8>>>>,
     cancelled: CancellationToken,
 }
 
@@ -84,7 +89,9 @@ impl Task {
             group: task.group,
             priority: task.priority,
             last_error: task.last_error,
+            last_progress: task.progress,
             receipt: task.receipt,
+            reported: Arc::default(),
             cancelled: CancellationToken::new(),
         }
     }
@@ -99,6 +106,13 @@ impl Task {
     /// child process) needs to watch this.
     pub fn cancelled(&self) -> CancellationToken {
         self.cancelled.clone()
+    }
+
+    /// Records the handler's latest word on a long task (at most 4 KiB): it rides on the
+    /// next lease extension and is kept with the task, so a later delivery's
+    /// `last_progress` carries it. A newer report replaces one not sent yet.
+    pub fn progress(&self, data: impl Into<Vec<u8>>) {
+        *self.reported.lock().unwrap_or_else(PoisonError::into_inner) = Some(data.into());
     }
 
     /// The payload as text.
@@ -124,7 +138,9 @@ impl Task {
             enqueued_at: self.enqueued_at,
             due_at: self.due_at,
             last_error: self.last_error.clone(),
+            last_progress: Vec::new(),
             receipt: self.receipt.clone(),
+            reported: self.reported.clone(),
             cancelled: self.cancelled.clone(),
         }
     }
@@ -521,10 +537,16 @@ impl Shared {
         let every = self.visibility * 2 / 3;
         loop {
             tokio::time::sleep(every).await;
+            let progress = task
+                .reported
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
             let request = pb::ExtendLeaseRequest {
                 queue: self.queue.clone(),
                 receipt: task.receipt.clone(),
                 visibility: Some(proto_duration(self.visibility)),
+                progress,
             };
             match call!(
                 Some(self.visibility / 3),

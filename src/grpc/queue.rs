@@ -19,7 +19,7 @@ use crate::{
     queue::{
         scheduler::Scheduler, subscribe::SubscribeSpec, Failure, LeaseSpec, Nacked, NewTask,
         QueueStore, Schedule, Task, TaskState, DEFAULT_MAX_ATTEMPTS, DEFAULT_VISIBILITY, MAX_BATCH,
-        MAX_DURATION, MAX_PAYLOAD_BYTES, MAX_TASKS,
+        MAX_DURATION, MAX_PAYLOAD_BYTES, MAX_PROGRESS_BYTES, MAX_TASKS,
     },
     redis::TenantScoped,
     time::{now_ms, timestamp_from_ms},
@@ -166,6 +166,7 @@ fn task_message(task: Task) -> pb::Task {
         group: task.group,
         priority: task.priority,
         last_error: task.last_error,
+        progress: task.progress.to_vec(),
     }
 }
 
@@ -302,10 +303,19 @@ impl QueueService for QueueApi {
                 let receipt = validate::token("receipt", &r.receipt)?;
                 let visibility =
                     validate::duration("visibility", r.visibility.as_ref(), VISIBILITY)?;
+                if r.progress
+                    .as_ref()
+                    .is_some_and(|p| p.len() > MAX_PROGRESS_BYTES)
+                {
+                    return Err(Error::invalid(
+                        "progress",
+                        format!("must be at most {MAX_PROGRESS_BYTES} bytes"),
+                    ));
+                }
                 let until = self
                     .store
                     .tenant(&call.tenant)
-                    .extend_lease(queue, receipt, visibility)
+                    .extend_lease(queue, receipt, visibility, r.progress.as_deref())
                     .await?;
                 Ok(pb::ExtendLeaseResponse {
                     extended: until.is_some(),

@@ -51,7 +51,7 @@ pub use history::{Minute, HISTORY_MINUTES};
 pub use listing::{GroupSummary, Page, QueueSummary};
 pub use model::{
     Dispatched, Enqueued, Failure, Fire, FireOutcome, Fired, LeaseSpec, Leased, Nacked, NewTask,
-    Schedule, Stats, StreamSlots, Task, TaskState, CUT_MARK, MAX_ERROR_BYTES,
+    Schedule, Stats, StreamSlots, Task, TaskState, CUT_MARK, MAX_ERROR_BYTES, MAX_PROGRESS_BYTES,
 };
 pub use scripts::QueueScripts;
 use watch::QueueWatch;

@@ -124,7 +124,12 @@ pub struct Task {
     pub priority: u32,
     /// The error its last failed delivery's Nack gave ('' for none).
     pub last_error: String,
+    /// The latest progress a worker reported on it (empty for none).
+    pub progress: Bytes,
 }
+
+/// The most progress bytes one `ExtendLease` may carry.
+pub const MAX_PROGRESS_BYTES: usize = 4096;
 
 /// The longest error a Nack stores: a longer one is cut, never refused.
 pub const MAX_ERROR_BYTES: usize = 4096;

@@ -1,5 +1,5 @@
 //! The queue scripts' replies into model values, in one place. A task travels as a
-//! row of 12 values, written by `push_row()`/`push_fields()` in `lua/include/push_row.lua` and read
+//! row of 13 values, written by `push_row()`/`push_fields()` in `lua/include/push_row.lua` and read
 //! by [`task_rows`] here; nothing else knows the row's layout.
 
 use prost::bytes::Bytes;
@@ -15,8 +15,8 @@ use crate::{
 };
 
 /// Values per task row: id, payload, state, due, enq, att, max, receipt, lease end,
-/// group, priority, last error.
-const ROW: usize = 12;
+/// group, priority, last error, progress.
+const ROW: usize = 13;
 
 /// Rows of [`ROW`] values each.
 pub(super) fn task_rows(values: &[Value]) -> Result<Vec<Task>> {
@@ -43,6 +43,7 @@ fn task_row(r: &[Value]) -> Result<Task> {
         group: string(r, 9)?,
         priority: int(r, 10)? as u32,
         last_error: string(r, 11)?,
+        progress: Bytes::from(bytes(r, 12)?),
     })
 }
 

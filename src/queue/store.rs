@@ -307,10 +307,14 @@ impl QueueStore {
         queue: &str,
         receipt: &str,
         visibility: Duration,
+        progress: Option<&[u8]>,
     ) -> Result<Option<i64>> {
         let keys = self.keys(queue);
         let mut call = call(&self.scripts.extend_lease, &keys);
         call.arg(receipt).arg(visibility.as_millis() as u64);
+        if let Some(progress) = progress {
+            call.arg(progress);
+        }
         let reply: Vec<i64> = self.redis.invoke(&call).await?;
         Ok((reply.first() == Some(&1)).then(|| reply.get(1).copied().unwrap_or(0)))
     }

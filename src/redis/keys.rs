@@ -98,8 +98,8 @@ pub struct QueueKeys {
     /// Every key, in script order: pending, inflight, dead, tasks, payloads, reserved,
     /// seq, leased, counters, then flow control's config, ready, ranked, rotation,
     /// groups, wakeups, group_index, the dashboard's history, and each task's last
-    /// error (`src/queue/lua/include/keys.lua` says what each holds).
-    pub all: [String; 18],
+    /// error and progress (`src/queue/lua/include/keys.lua` says what each holds).
+    pub all: [String; 19],
 }
 
 impl SemaphoreKeys {
@@ -286,6 +286,7 @@ impl Keys {
                 "group_index",
                 "history",
                 "errors",
+                "progress",
             ]
             .map(|part| format!("{base}:{part}")),
         }

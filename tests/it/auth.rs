@@ -208,6 +208,7 @@ async fn call(
                 queue,
                 receipt: "r".into(),
                 visibility: ms(1000),
+                ..Default::default()
             })
             .await
             .map(drop),
@@ -721,6 +722,7 @@ async fn attack_every_rpc(locks: &mut Locks, queues: &mut Queues, victim: &Victi
             queue: name.clone(),
             receipt: victim.receipt.clone(),
             visibility: ms(1000),
+            ..Default::default()
         })
         .await
         .expect("extend lease");

@@ -424,6 +424,7 @@ async fn every_bad_field_of_every_rpc_is_invalid_argument_naming_it_before_redis
         queue: "q".into(),
         receipt: "r".into(),
         visibility: None,
+        ..Default::default()
     };
     case!(
         queues.extend_lease,

@@ -21,7 +21,7 @@ use common::{
 };
 use tokio::{process::Command, time::Instant};
 use tokio_stream::StreamExt;
-use turnstile::client::{Backoff, Client, Enqueue, Error, Options, Task, TaskError};
+use turnstile::client::{Backoff, Client, Enqueue, Error, Options, Task, TaskError, TaskState};
 
 /// A client of `server` (all its replicas).
 fn client_of(server: &TestServer) -> Client {
@@ -666,5 +666,59 @@ async fn a_failure_s_text_is_the_task_s_last_error_and_fail_gives_up() -> TestRe
         .map(|t| (t.id.as_str(), t.attempt, t.last_error.as_str()))
         .collect();
     assert_eq!(dead, [("hopeless", 1, "no such customer")]);
+    Ok(())
+}
+
+/// `task.progress(..)` rides on the next lease extension; a later delivery of the task
+/// finds it in `last_progress`, so a retry resumes where the last try got to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_rides_on_the_extension_and_a_retry_resumes_from_it() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let client = client_of(&server);
+    client
+        .queue("resumable")
+        .enqueue(Enqueue::new("x").id("job"))
+        .await?;
+    let seen: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
+    let visibility = Duration::from_millis(600);
+    let worker = client
+        .worker("resumable", {
+            let (seen, queue) = (seen.clone(), client.queue("resumable"));
+            move |task: Task| {
+                let (seen, queue) = (seen.clone(), queue.clone());
+                async move {
+                    seen.lock().unwrap().push(task.last_progress.clone());
+                    if task.attempt > 1 {
+                        return Ok(());
+                    }
+                    task.progress("step 3 of 5");
+                    // Fails once the server has it (the next extension, at two thirds
+                    // of the visibility, carried it).
+                    let kept = || async {
+                        let running = queue.peek(TaskState::InFlight, 1).await;
+                        running
+                            .is_ok_and(|t| t.first().is_some_and(|t| t.progress == b"step 3 of 5"))
+                    };
+                    eventually("the progress kept", WAIT, kept).await;
+                    Err(TaskError::retry(Duration::ZERO))
+                }
+            }
+        })
+        .visibility(visibility)
+        .handle_signals(false);
+    let stop = worker.stop_token();
+    let running = tokio::spawn(worker.run());
+    eventually("the retry done", WAIT, || async {
+        let tries = seen.lock().unwrap().len();
+        tries == 2 && counts(&client, "resumable").await == (0, 0, 0, 0)
+    })
+    .await;
+    stop.cancel();
+    running.await??;
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [b"".to_vec(), b"step 3 of 5".to_vec()]
+    );
     Ok(())
 }

@@ -975,6 +975,7 @@ impl Run {
                     queue: q(),
                     receipt,
                     visibility: common::ms(visibility),
+                    ..Default::default()
                 })
                 .await
                 .map(|r| {

@@ -414,6 +414,7 @@ async fn an_expired_lease_redelivers_with_a_new_receipt_and_the_old_one_is_stale
         queue: "q".into(),
         receipt: first.receipt.clone(),
         visibility: ms(1_000),
+        ..Default::default()
     };
     assert!(!queues.extend_lease(extend).await?.into_inner().extended);
     assert_eq!(ack(&mut queues, &[&second.receipt]).await?, [true]);
@@ -430,6 +431,7 @@ async fn extend_lease_keeps_a_long_task_leased(redis: TestStore) -> TestResult {
         queue: "q".into(),
         receipt: task.receipt.clone(),
         visibility: ms(5_000),
+        ..Default::default()
     };
     let extended = queues.extend_lease(extend).await?.into_inner();
     assert!(extended.extended);
@@ -932,7 +934,8 @@ async fn every_rpc(
         ExtendLeaseRequest {
             queue: q(),
             receipt: receipt.to_owned(),
-            visibility: None
+            visibility: None,
+            ..Default::default()
         }
     );
     call!(
@@ -1124,6 +1127,7 @@ async fn bad_queue_input_is_invalid_argument_naming_the_field(redis: TestStore) 
         queue: "q".into(),
         receipt: "r".into(),
         visibility: ms(0),
+        ..Default::default()
     };
     expect(queues.extend_lease(extend).await, "visibility");
     expect(
@@ -1192,6 +1196,7 @@ async fn counts_of_zero_and_unset_durations_mean_the_defaults(redis: TestStore) 
             queue: "q".into(),
             receipt: leased[0].receipt.clone(),
             visibility: None,
+            ..Default::default()
         })
         .await?
         .into_inner();
@@ -1408,5 +1413,61 @@ async fn a_nack_s_error_is_the_task_s_last_error_until_the_task_is_gone(
     let c = peek(&mut queues, TaskState::Ready, 10).await?;
     let c = c.iter().find(|t| t.id == "c").unwrap();
     assert_eq!(c.last_error, "");
+    Ok(())
+}
+
+on_each_store!(progress_reported_on_an_extension_is_kept_and_carried_by_the_next_delivery);
+async fn progress_reported_on_an_extension_is_kept_and_carried_by_the_next_delivery(
+    redis: TestStore,
+) -> TestResult {
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    let extend = |receipt: &str, progress: Option<&[u8]>| ExtendLeaseRequest {
+        queue: "q".into(),
+        receipt: receipt.into(),
+        visibility: ms(60_000),
+        progress: progress.map(<[u8]>::to_vec),
+    };
+    enqueue(&mut queues, vec![spec("long", "x")]).await?;
+    let first = lease(&mut queues, 1, 60_000).await?.remove(0);
+    assert!(first.progress.is_empty());
+    let extended = queues
+        .extend_lease(extend(&first.receipt, Some(b"row 400 of 1000")))
+        .await?;
+    assert!(extended.get_ref().extended);
+    // An extension without progress keeps what was reported.
+    queues.extend_lease(extend(&first.receipt, None)).await?;
+    let in_flight = peek(&mut queues, TaskState::InFlight, 10).await?;
+    assert_eq!(in_flight[0].progress, b"row 400 of 1000");
+    // Over 4 KiB is refused, naming the field; what was kept stays.
+    let refused = queues
+        .extend_lease(extend(&first.receipt, Some(&[b'x'; 4097])))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::InvalidArgument);
+    assert!(
+        refused.message().starts_with("progress"),
+        "{}",
+        refused.message()
+    );
+    // The worker dies; the next delivery says where to resume.
+    queues
+        .nack(NackRequest {
+            queue: "q".into(),
+            receipt: first.receipt.clone(),
+            ..Default::default()
+        })
+        .await?;
+    let second = lease(&mut queues, 1, 60_000).await?.remove(0);
+    assert_eq!(
+        (second.attempt, second.progress.as_slice()),
+        (2, &b"row 400 of 1000"[..])
+    );
+    // Acked, it is gone with the task.
+    assert_eq!(ack(&mut queues, &[&second.receipt]).await?, [true]);
+    enqueue(&mut queues, vec![spec("long", "x")]).await?;
+    assert!(peek(&mut queues, TaskState::Ready, 10).await?[0]
+        .progress
+        .is_empty());
     Ok(())
 }

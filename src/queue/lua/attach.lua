@@ -6,7 +6,7 @@
 -- Clock: Redis TIME.
 -- A run that returned a full run's worth of expired leases answers AGAIN and does
 -- nothing else (include/reclaim.lua); the store runs it again.
--- Returns 12 per task as include/push_row.lua's push_row().
+-- Returns 13 per task as include/push_row.lua's push_row().
 --- @include "keys"
 --- @include "now_ms"
 --- @include "meta"
@@ -28,7 +28,7 @@ each_leased(tag, function(entry, id, meta)
     meta.session = session
     relet(id, meta, now + visibility_ms)
     push_row(out, id, meta, redis.call('HGET', payloads, id), now,
-      redis.call('HGET', errors, id))
+      redis.call('HGET', errors, id), redis.call('HGET', progress, id))
   elseif not meta or meta.tag ~= tag then
     redis.call('ZREM', leased, entry)
   end

@@ -38,14 +38,15 @@ if reclaim(now) or (flow.on and promote(now)) then
   return again()
 end
 local lease_end_score = string.format('%d', now + visibility)
-local due, ids, raws, bodies, failures, retry_at, held_back
+local due, ids, raws, bodies, failures, progresses, retry_at, held_back
 if flow.on then
   wake_groups(now)
   due, ids, raws, retry_at, held_back = pick(max_tasks, budget, now, auto_ack)
-  bodies, failures = hmget(payloads, ids), hmget(errors, ids)
+  bodies, failures, progresses = hmget(payloads, ids), hmget(errors, ids),
+    hmget(progress, ids)
 else
   due = redis.call('ZRANGEBYSCORE', pending, '-inf', now, 'LIMIT', 0, max_tasks)
-  ids, raws, bodies, failures = within_budget(due, budget)
+  ids, raws, bodies, failures, progresses = within_budget(due, budget)
 end
 local out, writes, leases, ends = {0, held_back or ''}, {}, {}, ending()
 for n, id in ipairs(ids) do
@@ -59,7 +60,7 @@ for n, id in ipairs(ids) do
       writes[#writes + 1] = id; writes[#writes + 1] = encode(meta)
       leases[#leases + 1] = lease_end_score; leases[#leases + 1] = due[n]
     end
-    push_row(out, id, meta, bodies[n], now, failures[n])
+    push_row(out, id, meta, bodies[n], now, failures[n], progresses[n])
   end
 end
 write_deliveries(flow.on and 0 or #ids, writes, leases)

@@ -13,7 +13,7 @@
 -- Clock: Redis TIME.
 -- A run that returned a full run's worth of expired leases answers AGAIN and does
 -- nothing else (include/reclaim.lua); the store runs it again.
--- Returns 12 per task as include/push_row.lua's push_row(), receipts blanked.
+-- Returns 13 per task as include/push_row.lua's push_row(), receipts blanked.
 --- @no-replica-wait
 --- @include "keys"
 --- @include "now_ms"
@@ -87,12 +87,12 @@ else
   members = by_rank(dead, skip)
 end
 local out = {}
-local ids, raws, bodies, failures = within_budget(members, budget)
+local ids, raws, bodies, failures, progresses = within_budget(members, budget)
 for n, id in ipairs(ids) do
   local meta = raws[n] and decode(raws[n])
   if meta then
     meta.receipt = nil
-    push_row(out, id, meta, bodies[n], now, failures[n])
+    push_row(out, id, meta, bodies[n], now, failures[n], progresses[n])
   end
 end
 return out

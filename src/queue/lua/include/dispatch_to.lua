@@ -33,19 +33,22 @@ local function dispatch_to(now, now_us, receipt_prefix, budget, args, first, las
       lease_end_score = string.format('%d', lease_end), held = held, free = free}
     free_total = free_total + free
   end
-  -- The pending members to deliver, their ids, packed metas, payloads and last errors.
-  local due, ids, raws, bodies, failures, retry_at, held_back = {}, {}, {}, {}, {}, nil, ''
+  -- The pending members to deliver, their ids, packed metas, payloads, last errors and
+  -- progress.
+  local due, ids, raws, bodies, failures, progresses = {}, {}, {}, {}, {}, {}
+  local retry_at, held_back = nil, ''
   if flow.on then
     wake_groups(now)
     if free_total > 0 then
       due, ids, raws, retry_at, held_back = pick(free_total, budget, now, false)
-      bodies, failures = hmget(payloads, ids), hmget(errors, ids)
+      bodies, failures, progresses = hmget(payloads, ids), hmget(errors, ids),
+        hmget(progress, ids)
     end
   else
     if free_total > 0 then
       due = redis.call('ZRANGEBYSCORE', pending, '-inf', now, 'LIMIT', 0, free_total)
     end
-    ids, raws, bodies, failures = within_budget(due, budget)
+    ids, raws, bodies, failures, progresses = within_budget(due, budget)
   end
   -- Round robin: #ids <= free_total, so the inner loop always finds a stream with a
   -- free slot. The rows go straight into the reply after its head (filled in last).
@@ -83,7 +86,7 @@ local function dispatch_to(now, now_us, receipt_prefix, budget, args, first, las
       -- The stream's index, then the task's row.
       out[#out + 1] = k
       push_fields(out, id, bodies[n], 'in_flight', due_at, enqueued_at, attempt, max_attempts,
-        receipt, stream.lease_end, group, priority, failures[n])
+        receipt, stream.lease_end, group, priority, failures[n], progresses[n])
       k = k % #streams + 1
     end
   end

@@ -58,6 +58,7 @@ local function ending()
       bulk('HDEL', tasks, gone)
       bulk('HDEL', payloads, gone)
       bulk('HDEL', errors, gone)
+      bulk('HDEL', progress, gone)
     end
     if #windows > 0 then
       bulk('ZADD', reserved, windows)

@@ -32,10 +32,12 @@
 -- Task outcomes:
 --   errors       hash    id -> the error its last failed delivery's Nack gave (gone
 --                        with the task)
+--   progress     hash    id -> the latest progress a worker reported (ExtendLease; gone
+--                        with the task)
 -- How many there are: a script given keys beyond them (fire.lua) counts from here.
-local QUEUE_KEY_COUNT = 18
+local QUEUE_KEY_COUNT = 19
 local pending, inflight, dead, tasks, payloads, reserved, enqueue_seq, leased, counters =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local config, ready, ranked, rotation, groups, wakeups, group_index, history =
   KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16], KEYS[17]
-local errors = KEYS[18]
+local errors, progress = KEYS[18], KEYS[19]

@@ -1,9 +1,9 @@
 -- push_row.lua: one task as a reply row (decoded in src/queue/replies.rs).
 --- @include "meta"
 -- Appends to out: id, payload, state name, due, enqueued_at, attempt, max_attempts,
--- receipt, lease end, group, priority, last error.
+-- receipt, lease end, group, priority, last error, progress.
 local function push_fields(out, id, payload, state_name, due, enqueued_at, attempt,
-    max_attempts, receipt, lease_end, group, priority, last_error)
+    max_attempts, receipt, lease_end, group, priority, last_error, said)
   local n = #out
   out[n + 1] = id
   out[n + 2] = payload or ''
@@ -17,10 +17,11 @@ local function push_fields(out, id, payload, state_name, due, enqueued_at, attem
   out[n + 10] = group
   out[n + 11] = priority
   out[n + 12] = last_error or ''
+  out[n + 13] = said or ''
 end
 
 -- push_fields() for a meta, its state named from its state and due.
-local function push_row(out, id, meta, payload, now, last_error)
+local function push_row(out, id, meta, payload, now, last_error, said)
   local state_name = 'ready'
   if meta.state == IN_FLIGHT then
     state_name = 'in_flight'
@@ -31,5 +32,5 @@ local function push_row(out, id, meta, payload, now, last_error)
   end
   push_fields(out, id, payload, state_name, meta.due, meta.enqueued_at, meta.attempt,
     meta.max_attempts, meta.receipt or '', meta.lease_end or 0, meta.group, meta.priority,
-    last_error)
+    last_error, said)
 end

@@ -1,6 +1,6 @@
 -- within_budget.lua: the leading members whose payloads fit in budget bytes (the
 -- first always does, so a reply is never empty), as arrays: ids, packed metas (false
--- where gone), payloads, last errors (false where none). Sizes come from the metas, so only the payloads returned are
+-- where gone), payloads, last errors and progress (false where none). Sizes come from the metas, so only the payloads returned are
 -- read; the metas stay packed, for the caller to unpack as it needs (a table per task
 -- costs more than the commands that move it).
 --- @include "keys"
@@ -25,5 +25,5 @@ local function within_budget(members, budget)
     ids[n] = nil
     raws[n] = nil
   end
-  return ids, raws, hmget(payloads, ids), hmget(errors, ids)
+  return ids, raws, hmget(payloads, ids), hmget(errors, ids), hmget(progress, ids)
 end
