@@ -249,6 +249,34 @@ def test_a_failure_s_text_is_the_task_s_last_error_and_fail_gives_up(server: Ser
         assert [(t.id, t.attempt, t.last_error) for t in dead] == [("hopeless", 1, "no such customer")]
 
 
+def test_progress_rides_on_the_extension_and_a_retry_resumes_from_it(server: Server) -> None:
+    seen: List[bytes] = []
+
+    with Client(server.url) as client:
+        queue = client.queue("resumable")
+        queue.enqueue(b"x", id="job")
+
+        def handle(task: Task) -> None:
+            seen.append(task.last_progress)
+            if task.attempt > 1:
+                return
+            task.progress("step 3 of 5")
+            # Fails once the server has it (the next extension carried it).
+            eventually(
+                "the progress kept",
+                lambda: any(t.last_progress == b"step 3 of 5" for t in queue.peek("in_flight", 1)),
+            )
+            raise Retry(0)
+
+        worker = client.worker("resumable", handle, visibility="600ms")
+        runner = threading.Thread(target=worker.run)
+        runner.start()
+        eventually("the retry done", lambda: len(seen) == 2 and queue.stats().in_flight == 0)
+        worker.stop()
+        runner.join(30)
+    assert seen == [b"", b"step 3 of 5"]
+
+
 def test_7_a_handler_running_three_visibilities_is_not_delivered_twice(server: Server) -> None:
     deliveries: Counter[str] = Counter()
 

@@ -318,6 +318,9 @@ class Worker:
             await asyncio.sleep(every)
             request = queue_pb2.ExtendLeaseRequest(queue=self.queue, receipt=run.task.receipt)
             request.visibility.FromMilliseconds(int(self.visibility * 1000))
+            reported = run.task._take_progress()
+            if reported is not None:
+                request.progress = reported
             try:
                 reply = await self._rpc.call(
                     self._rpc.queues.ExtendLease, request, deadline=self.visibility / 3

@@ -6,7 +6,7 @@ import json
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from ._convert import DurationLike, Payload, instant
 from .v1 import common_pb2, queue_pb2
@@ -38,8 +38,25 @@ class Task:
     queue: str = ""
     last_error: str = ""
     """Why its last delivery failed, as that Nack said ('' when none did)."""
+    last_progress: bytes = b""
+    """The latest progress a handler reported on it (`progress()`), as this delivery
+    found it: where a retry may resume (empty when none was reported)."""
+    _reported: Optional[bytes] = field(default=None, repr=False)
+    _guard: threading.Lock = field(default_factory=threading.Lock, repr=False)
     cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
     """Set when this delivery's lease is lost or the worker's drain ran out of time."""
+
+    def progress(self, data: Union[bytes, str]) -> None:
+        """Records the handler's latest word on a long task (at most 4 KiB): it rides on
+        the next lease extension and is kept with the task, so a later delivery's
+        `last_progress` carries it. A newer report replaces one not sent yet."""
+        with self._guard:
+            self._reported = data.encode() if isinstance(data, str) else bytes(data)
+
+    def _take_progress(self) -> Optional[bytes]:
+        with self._guard:
+            reported, self._reported = self._reported, None
+            return reported
 
     def text(self) -> str:
         return self.payload.decode()
@@ -63,6 +80,7 @@ class Task:
             lease_expires_at=instant(task.lease_expires_at),
             queue=queue,
             last_error=task.last_error,
+            last_progress=bytes(task.progress),
         )
 
 

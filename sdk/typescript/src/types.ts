@@ -33,6 +33,10 @@ export class Task {
   readonly leaseExpiresAt: Date | undefined;
   /** Why its last delivery failed, as that Nack said ("" when none did). */
   readonly lastError: string;
+  /** The latest progress a handler reported on it (`progress()`), as this delivery found
+   * it: where a retry may resume (empty when none was reported). */
+  readonly lastProgress: Buffer;
+  private reported: Buffer | undefined;
   /** Aborted when this delivery's lease is lost or the worker's drain ran out of time. */
   readonly signal: AbortSignal;
 
@@ -49,7 +53,22 @@ export class Task {
     this.receipt = wire.receipt;
     this.leaseExpiresAt = instant(wire.lease_expires_at);
     this.lastError = wire.last_error ?? "";
+    this.lastProgress = Buffer.from(wire.progress ?? []);
     this.signal = signal ?? new AbortController().signal;
+  }
+
+  /** Records the handler's latest word on a long task (at most 4 KiB): it rides on the
+   * next lease extension and is kept with the task, so a later delivery's `lastProgress`
+   * carries it. A newer report replaces one not sent yet. */
+  progress(data: Buffer | string): void {
+    this.reported = typeof data === "string" ? Buffer.from(data, "utf8") : data;
+  }
+
+  /** The progress reported and not yet sent (taken: the worker sends it). */
+  takeProgress(): Buffer | undefined {
+    const reported = this.reported;
+    this.reported = undefined;
+    return reported;
   }
 
   text(): string {

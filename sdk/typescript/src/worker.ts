@@ -300,12 +300,10 @@ export class Worker {
     const state: { timer: NodeJS.Timeout | undefined; stopped: boolean } = { timer: undefined, stopped: false };
     const turn = async () => {
       try {
-        const reply = await this.rpc.call(
-          this.rpc.queues,
-          "ExtendLease",
-          { queue: this.queue, receipt: run.task.receipt, visibility: duration(this.visibility) },
-          this.visibility / 3,
-        );
+        const request: Message = { queue: this.queue, receipt: run.task.receipt, visibility: duration(this.visibility) };
+        const progress = run.task.takeProgress();
+        if (progress !== undefined) request.progress = progress;
+        const reply = await this.rpc.call(this.rpc.queues, "ExtendLease", request, this.visibility / 3);
         if (!reply.extended && !state.stopped) {
           run.lost = true;
           run.controller.abort(new Error("the task's lease was lost"));

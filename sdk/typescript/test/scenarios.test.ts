@@ -232,6 +232,33 @@ test("a failure's text is the task's last error, and Fail gives up", async () =>
   );
 });
 
+test("progress rides on the extension and a retry resumes from it", async () => {
+  const s = await server();
+  const c = client(s.url);
+  const queue = c.queue("resumable");
+  await queue.enqueue("x", { id: "job" });
+  const seen: string[] = [];
+  const worker = c.worker(
+    "resumable",
+    async (task: Task) => {
+      seen.push(task.lastProgress.toString());
+      if (task.attempt > 1) return;
+      task.progress("step 3 of 5");
+      // Fails once the server has it (the next extension carried it).
+      await eventually("the progress kept", async () =>
+        (await queue.peek("in_flight", 1)).some((t) => t.lastProgress.toString() === "step 3 of 5"),
+      );
+      throw new Retry(0);
+    },
+    { visibility: 600, handleSignals: false },
+  );
+  const running = worker.run();
+  await eventually("the retry done", async () => seen.length === 2 && (await queue.stats()).inFlight === 0);
+  await worker.close();
+  await running;
+  assert.deepEqual(seen, ["", "step 3 of 5"]);
+});
+
 test("7: a handler running three visibilities is not delivered twice", async () => {
   const s = await server();
   const c = client(s.url);
