@@ -546,7 +546,7 @@ impl Shared {
                 queue: self.queue.clone(),
                 receipt: task.receipt.clone(),
                 visibility: Some(proto_duration(self.visibility)),
-                progress,
+                progress: progress.clone(),
             };
             match call!(
                 Some(self.visibility / 3),
@@ -562,7 +562,13 @@ impl Shared {
                 }
                 Ok(_) => {}
                 Err(err) => {
-                    tracing::warn!(task_id = task.id, cause = %err, "lease not extended")
+                    tracing::warn!(task_id = task.id, cause = %err, "lease not extended");
+                    // Not sent: it goes with the next extension, unless a newer report
+                    // replaced it meanwhile.
+                    let mut reported = task.reported.lock().unwrap_or_else(PoisonError::into_inner);
+                    if reported.is_none() {
+                        *reported = progress;
+                    }
                 }
             }
         }
