@@ -239,6 +239,8 @@ mod tests {
             Value::Int(99),
             text("g"),
             Value::Int(3),
+            text("disk full"),
+            text("step 3"),
         ]
     }
 
@@ -274,6 +276,10 @@ mod tests {
         assert_eq!(
             (task.id.as_str(), task.group.as_str(), task.priority),
             ("a", "g", 3)
+        );
+        assert_eq!(
+            (task.last_error.as_str(), task.progress.as_ref()),
+            ("disk full", &b"step 3"[..])
         );
         values.pop();
         assert!(task_rows(&values).is_err());
