@@ -463,7 +463,7 @@ async fn peek_returns_one_task_over_budget_and_cancel_leaves_a_task_in_flight() 
         &["ready", "10", "1", "0", ""],
     )
     .await?;
-    assert_eq!(rows.len(), 11);
+    assert_eq!(rows.len(), 13);
     assert_eq!(rows[0], redis::Value::BulkString(b"a".to_vec()));
     // Lease one, then cancel both: the one in flight stays.
     let leased: Vec<redis::Value> = eval(
@@ -604,9 +604,9 @@ async fn an_ack_refills_the_streams_it_was_given_and_tells_only_the_others_their
         panic!("{reply:?}");
     };
     // The head (now, next pending, next lease end, held back, two held counts), then
-    // rows of 12: the stream's index, the id, ..., the receipt at 8.
+    // rows of 14: the stream's index, the id, ..., the receipt at 8.
     let receipts: Vec<String> = dispatched[6..]
-        .chunks(12)
+        .chunks(14)
         .map(|row| match &row[8] {
             redis::Value::BulkString(r) => String::from_utf8(r.clone()).unwrap(),
             other => panic!("{other:?}"),
