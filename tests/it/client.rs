@@ -99,7 +99,7 @@ async fn a_lease_whose_redis_stops_is_lost_within_its_ttl() -> TestResult {
         let lost = lost.clone();
         async move {
             tokio::select! {
-                () = tokio::time::sleep(Duration::from_secs(60)) => "finished",
+                () = std::future::pending::<()>() => "finished",
                 () = lost.cancelled() => "cancelled",
             }
         }
@@ -221,7 +221,10 @@ async fn a_semaphore_never_has_more_holders_than_its_limit() -> TestResult {
                     .await?;
                 let now = holders.fetch_add(1, Ordering::SeqCst) + 1;
                 most.fetch_max(now, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(5)).await;
+                // Held across awaits, so that the others' grants would overlap it.
+                for _ in 0..20 {
+                    tokio::task::yield_now().await;
+                }
                 holders.fetch_sub(1, Ordering::SeqCst);
                 permit.release().await?;
             }
@@ -318,14 +321,29 @@ async fn a_handler_longer_than_its_visibility_is_not_delivered_twice() -> TestRe
         .await?;
     let deliveries = Arc::new(AtomicU32::new(0));
     let visibility = Duration::from_millis(600);
+    // The lease's end as Redis keeps it: each extension sets it to then + visibility.
+    let lease_end = |queue: turnstile::client::Queue| async move {
+        let running = queue.peek(TaskState::InFlight, 1).await.ok()?;
+        running
+            .first()
+            .map(|task| common::unix_ms(&task.lease_expires_at))
+    };
     let worker = client
         .worker("long", {
-            let deliveries = deliveries.clone();
+            let (deliveries, queue) = (deliveries.clone(), client.queue("long"));
             move |_task: Task| {
-                let deliveries = deliveries.clone();
+                let (deliveries, queue) = (deliveries.clone(), queue.clone());
                 async move {
                     deliveries.fetch_add(1, Ordering::SeqCst);
-                    tokio::time::sleep(visibility * 3).await;
+                    // Runs until an extension moved the lease's end 3 × visibility past
+                    // the first one: the handler has run that long (the first lease
+                    // long over) when it returns.
+                    let first = lease_end(queue.clone()).await.expect("in flight");
+                    let far = first + 3 * visibility.as_millis() as i64;
+                    eventually("three visibilities of extensions", WAIT, || async {
+                        lease_end(queue.clone()).await.is_some_and(|end| end >= far)
+                    })
+                    .await;
                     Ok(())
                 }
             }

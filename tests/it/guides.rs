@@ -205,21 +205,26 @@ fn run_example(
         },
         None => true,
     };
-    if until.is_some() {
+    // An example that should end but hangs (a docs race) is killed after 120 s, failing
+    // the test instead of holding CI until its limit: a watchdog waits for its end.
+    let ended = if until.is_some() {
         let _ = child.kill();
+        None
     } else {
-        // An example that should end but hangs (a docs race) fails the test in 120 s
-        // instead of holding CI until its limit.
-        let deadline = std::time::Instant::now() + Duration::from_secs(120);
-        while child.try_wait().expect("the example's status").is_none() {
-            if std::time::Instant::now() > deadline {
-                let _ = child.kill();
-                break;
+        let pid = child.id() as libc::pid_t;
+        let (ended, end) = mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            if end.recv_timeout(Duration::from_secs(120)).is_err() {
+                // SAFETY: kill(2) on our child, not yet reaped (we are waiting on it).
+                unsafe { libc::kill(pid, libc::SIGKILL) };
             }
-            std::thread::sleep(Duration::from_millis(20)); // polling the process's state
-        }
-    }
+        });
+        Some(ended)
+    };
     let output = child.wait_with_output().expect("the example ran");
+    if let Some(ended) = ended {
+        let _ = ended.send(());
+    }
     if until.is_none() {
         // Everything it printed (the reader ends with its stdout).
         printed.extend(rx.iter());
