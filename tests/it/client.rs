@@ -740,3 +740,19 @@ async fn progress_rides_on_the_extension_and_a_retry_resumes_from_it() -> TestRe
     );
     Ok(())
 }
+
+/// A lease dropped without `release()` is released in the background (SDK.md: a lease
+/// is released on exit): the next holder gets the lock long before its TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_lease_is_released_without_waiting_for_its_ttl() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let client = client_of(&server);
+    let ttl = Duration::from_secs(60);
+    let lease = client.lock("dropped", ttl).owner("a").await?;
+    drop(lease);
+    let next = client.lock("dropped", ttl).owner("b").wait(WAIT).await?;
+    assert_eq!(next.owner(), "b");
+    assert!(next.release().await?);
+    Ok(())
+}
