@@ -30,6 +30,8 @@ pub enum Method {
     ListQueues,
     ListGroups,
     Subscribe,
+    GetTask,
+    Wait,
     // ScheduleService
     PutSchedule,
     GetSchedule,
@@ -56,7 +58,7 @@ pub const SEMAPHORE_SERVICE: &str = "turnstile.v1.SemaphoreService";
 
 impl Method {
     /// Every method, in the order of [`Method::index`].
-    pub const ALL: [Method; 33] = [
+    pub const ALL: [Method; 35] = [
         Method::Acquire,
         Method::Release,
         Method::Extend,
@@ -80,6 +82,8 @@ impl Method {
         Method::ListQueues,
         Method::ListGroups,
         Method::Subscribe,
+        Method::GetTask,
+        Method::Wait,
         Method::PutSchedule,
         Method::GetSchedule,
         Method::ListSchedules,
@@ -137,6 +141,8 @@ impl Method {
             Method::ListQueues => "ListQueues",
             Method::ListGroups => "ListGroups",
             Method::Subscribe => "Subscribe",
+            Method::GetTask => "GetTask",
+            Method::Wait => "Wait",
             Method::PutSchedule => "PutSchedule",
             Method::GetSchedule => "GetSchedule",
             Method::ListSchedules => "ListSchedules",
@@ -176,7 +182,9 @@ impl Method {
             | Method::ConfigureGroup
             | Method::ListQueues
             | Method::ListGroups
-            | Method::Subscribe => QUEUE_SERVICE,
+            | Method::Subscribe
+            | Method::GetTask
+            | Method::Wait => QUEUE_SERVICE,
             Method::PutSchedule
             | Method::GetSchedule
             | Method::ListSchedules
@@ -228,6 +236,8 @@ impl Method {
             (QUEUE_SERVICE, "ListQueues") => Method::ListQueues,
             (QUEUE_SERVICE, "ListGroups") => Method::ListGroups,
             (QUEUE_SERVICE, "Subscribe") => Method::Subscribe,
+            (QUEUE_SERVICE, "GetTask") => Method::GetTask,
+            (QUEUE_SERVICE, "Wait") => Method::Wait,
             (SCHEDULE_SERVICE, "PutSchedule") => Method::PutSchedule,
             (SCHEDULE_SERVICE, "GetSchedule") => Method::GetSchedule,
             (SCHEDULE_SERVICE, "ListSchedules") => Method::ListSchedules,

@@ -196,6 +196,7 @@ async fn serve(
             locks.event_route(),
             locks.changed_route(),
             queues.event_route(),
+            queues.done_route(),
             scheduler.event_route(),
             schedules.event_route(),
             semaphores.event_route(),

@@ -43,6 +43,10 @@ pub enum Permission {
     /// Every ScheduleService RPC: `produce` or `admin` lets it through (a schedule
     /// produces tasks; an operator manages schedules). Not a name in the auth file.
     Schedule,
+    /// GetTask and Wait: `produce` or `consume` lets it through (whoever made a task
+    /// or works on it may read its story), and `admin` (the dashboard's). Not a name in
+    /// the auth file.
+    Outcome,
 }
 
 impl Permission {
@@ -64,6 +68,7 @@ impl Permission {
             Self::Consume => "consume",
             Self::Admin => "admin",
             Self::Schedule => "produce` or `admin",
+            Self::Outcome => "produce`, `consume` or `admin",
         }
     }
 
@@ -71,6 +76,7 @@ impl Permission {
     fn bits(self) -> u8 {
         match self {
             Self::Schedule => Self::Produce.bits() | Self::Admin.bits(),
+            Self::Outcome => Self::Produce.bits() | Self::Consume.bits() | Self::Admin.bits(),
             own => 1 << own as u8,
         }
     }
@@ -106,6 +112,7 @@ impl Permission {
             | Method::ListQueues
             | Method::ListGroups
             | Method::ListLocks => Self::Admin,
+            Method::GetTask | Method::Wait => Self::Outcome,
             Method::PutSchedule
             | Method::GetSchedule
             | Method::ListSchedules

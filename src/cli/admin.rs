@@ -105,6 +105,7 @@ pub async fn enqueue(args: EnqueueArgs) -> Outcome {
                     OnDuplicate::Replace => pb::DuplicatePolicy::Replace,
                 } as i32,
             }],
+            ..Default::default()
         })
         .await?
         .into_inner();

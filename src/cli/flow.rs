@@ -271,6 +271,7 @@ pub async fn limit(args: LimitArgs) -> Outcome {
             group_max_in_flight: args.group_max_in_flight,
             rate_limit: args.rate.map(RateArg::message),
             group_rate_limit: args.group_rate.map(RateArg::message),
+            ..Default::default()
         })
         .await?
         .into_inner()

@@ -167,6 +167,7 @@ impl Queue {
         let request = pb::EnqueueRequest {
             queue: self.name.clone(),
             tasks,
+            wait: None,
         };
         let reply = call!(None, self.client.raw_queues(), enqueue, request).await?;
         Ok(reply

@@ -487,6 +487,7 @@ async fn send_acks(
         let request = pb::AckRequest {
             queue: queue.clone(),
             receipts: batch.clone(),
+            results: Default::default(),
         };
         match call!(None, queues.clone(), ack, request).await {
             Ok(reply) => {

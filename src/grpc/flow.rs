@@ -8,8 +8,8 @@ use super::pb;
 use crate::{
     error::{Error, Result},
     queue::{
-        GroupConfig, QueueConfig, QueueConfigChange, RateLimit, MAX_RATE_LIMIT, MAX_WEIGHT,
-        RATE_PERIODS,
+        GroupConfig, QueueConfig, QueueConfigChange, RateLimit, Retention, MAX_KEEP_COUNT,
+        MAX_RATE_LIMIT, MAX_WEIGHT, RATE_PERIODS,
     },
     validate::{self, DurationRule},
 };
@@ -101,6 +101,50 @@ pub fn queue_change(r: &pb::ConfigureQueueRequest) -> Result<QueueConfigChange> 
         group_max_in_flight: r.group_max_in_flight,
         rate_limit: rate_limit(Which::Queue, r.rate_limit)?,
         group_rate_limit: rate_limit(Which::Group, r.group_rate_limit)?,
+        keep_completed: retention(r.keep_completed)?,
+    })
+}
+
+/// The longest a queue keeps an ended task by age.
+const MAX_KEEP_AGE: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// A `keep_completed` change: unset keeps it, age and count both 0 keep nothing
+/// (`Some(None)`).
+fn retention(value: Option<pb::Retention>) -> Result<Option<Option<Retention>>> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let age = validate::duration(
+        "keep_completed.age",
+        value.age.as_ref(),
+        DurationRule {
+            default: Duration::ZERO,
+            min: Duration::ZERO,
+            max: MAX_KEEP_AGE,
+        },
+    )?;
+    if value.count > MAX_KEEP_COUNT {
+        return Err(Error::invalid(
+            "keep_completed.count",
+            format!("must be at most {MAX_KEEP_COUNT}, got {}", value.count),
+        ));
+    }
+    if age.is_zero() && value.count == 0 {
+        return Ok(Some(None));
+    }
+    Ok(Some(Some(Retention {
+        age,
+        count: value.count,
+    })))
+}
+
+fn retention_message(keep: Option<Retention>) -> Option<pb::Retention> {
+    keep.map(|keep| pb::Retention {
+        age: (!keep.age.is_zero()).then(|| prost_types::Duration {
+            seconds: keep.age.as_secs() as i64,
+            nanos: keep.age.subsec_nanos() as i32,
+        }),
+        count: keep.count,
     })
 }
 
@@ -133,6 +177,7 @@ pub fn config_message(config: QueueConfig) -> pb::QueueConfig {
         rate_limit: rate_limit_message(config.rate_limit),
         group_max_in_flight: config.group_max_in_flight,
         group_rate_limit: rate_limit_message(config.group_rate_limit),
+        keep_completed: retention_message(config.keep_completed),
     }
 }
 

@@ -4,6 +4,7 @@
 
 use std::{sync::Arc, time::Duration};
 
+use prost::bytes::Bytes;
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status};
 
@@ -17,9 +18,10 @@ use crate::{
     limits::MAX_WAIT,
     method::Method,
     queue::{
-        scheduler::Scheduler, subscribe::SubscribeSpec, Failure, LeaseSpec, Nacked, NewTask,
-        QueueStore, Schedule, Task, TaskState, DEFAULT_MAX_ATTEMPTS, DEFAULT_VISIBILITY, MAX_BATCH,
-        MAX_DURATION, MAX_PAYLOAD_BYTES, MAX_PROGRESS_BYTES, MAX_TASKS,
+        scheduler::Scheduler, subscribe::SubscribeSpec, Attempt, Failure, LeaseSpec, Nacked,
+        NewTask, Outcome, QueueStore, Schedule, Task, TaskState, DEFAULT_MAX_ATTEMPTS,
+        DEFAULT_VISIBILITY, MAX_BATCH, MAX_DURATION, MAX_PAYLOAD_BYTES, MAX_PROGRESS_BYTES,
+        MAX_RESULT_BYTES, MAX_TASKS,
     },
     redis::TenantScoped,
     time::{now_ms, timestamp_from_ms},
@@ -145,13 +147,37 @@ fn new_task(at: usize, spec: pb::TaskSpec) -> Result<NewTask> {
     })
 }
 
-fn task_message(task: Task) -> pb::Task {
-    let state = match task.state {
+fn state_message(state: TaskState) -> pb::TaskState {
+    match state {
         TaskState::Delayed => pb::TaskState::Delayed,
         TaskState::Ready => pb::TaskState::Ready,
         TaskState::InFlight => pb::TaskState::InFlight,
         TaskState::Dead => pb::TaskState::Dead,
+        TaskState::Completed => pb::TaskState::Completed,
+        TaskState::Cancelled => pb::TaskState::Cancelled,
+    }
+}
+
+fn attempt_message(attempt: Attempt) -> pb::Attempt {
+    let outcome = match attempt.outcome {
+        Outcome::Acked => pb::AttemptOutcome::Acked,
+        Outcome::Nacked => pb::AttemptOutcome::Nacked,
+        Outcome::Expired => pb::AttemptOutcome::Expired,
+        Outcome::GaveUp => pb::AttemptOutcome::GaveUp,
+        Outcome::Cancelled => pb::AttemptOutcome::Cancelled,
     };
+    pb::Attempt {
+        number: attempt.number,
+        worker_id: attempt.worker_id,
+        leased_at: (attempt.leased_at_ms > 0).then(|| timestamp_from_ms(attempt.leased_at_ms)),
+        ended_at: Some(timestamp_from_ms(attempt.ended_at_ms)),
+        outcome: outcome as i32,
+        error: attempt.error,
+    }
+}
+
+fn task_message(task: Task) -> pb::Task {
+    let state = state_message(task.state);
     pb::Task {
         id: task.id,
         payload: task.payload,
@@ -167,8 +193,17 @@ fn task_message(task: Task) -> pb::Task {
         priority: task.priority,
         last_error: task.last_error,
         progress: task.progress.to_vec(),
+        history: task.history.into_iter().map(attempt_message).collect(),
+        result: task.result.to_vec(),
     }
 }
+
+/// The longest `Wait` (and `Enqueue.wait`).
+const WAIT_TIMEOUT: DurationRule = DurationRule {
+    default: Duration::ZERO,
+    min: Duration::ZERO,
+    max: MAX_WAIT,
+};
 
 #[tonic::async_trait]
 impl QueueService for QueueApi {
@@ -189,27 +224,50 @@ impl QueueService for QueueApi {
                     ));
                 }
                 record_count(r.tasks.len());
+                let wait = r
+                    .wait
+                    .as_ref()
+                    .map(|wait| validate::duration("wait", Some(wait), WAIT_TIMEOUT))
+                    .transpose()?;
+                if wait.is_some() && r.tasks.len() != 1 {
+                    return Err(Error::invalid(
+                        "wait",
+                        format!("needs exactly one task, got {}", r.tasks.len()),
+                    ));
+                }
                 let tasks = r
                     .tasks
                     .into_iter()
                     .enumerate()
                     .map(|(at, spec)| new_task(at, spec))
                     .collect::<Result<Vec<_>>>()?;
-                let results = self
-                    .scheduler
-                    .enqueue(self.store.tenant(&call.tenant), queue, tasks)
-                    .await?;
-                Ok(pb::EnqueueResponse {
-                    results: results
-                        .into_iter()
-                        .map(|r| pb::EnqueueResult {
-                            id: r.id,
-                            created: r.created,
-                            replaced: r.replaced,
-                            due_at: (r.due_at_ms > 0).then(|| timestamp_from_ms(r.due_at_ms)),
-                        })
-                        .collect(),
-                })
+                let store = self.store.tenant(&call.tenant);
+                // A remote call: the wait is heard before the task exists, so an end
+                // right after the enqueue is not missed.
+                let waiting = match wait {
+                    Some(wait) => Some(store.wait_before_enqueue(queue, &tasks[0].id, wait).await?),
+                    None => None,
+                };
+                let results = self.scheduler.enqueue(store.clone(), queue, tasks).await?;
+                let mut results: Vec<pb::EnqueueResult> = results
+                    .into_iter()
+                    .map(|r| pb::EnqueueResult {
+                        id: r.id,
+                        created: r.created,
+                        replaced: r.replaced,
+                        due_at: (r.due_at_ms > 0).then(|| timestamp_from_ms(r.due_at_ms)),
+                        done: false,
+                        task: None,
+                    })
+                    .collect();
+                if let (Some(waiting), Some(first)) = (waiting, results.first_mut()) {
+                    let waited = waiting
+                        .finish(&store, queue, &first.id, call.deadline)
+                        .await?;
+                    first.done = waited.done;
+                    first.task = waited.task.map(task_message);
+                }
+                Ok(pb::EnqueueResponse { results })
             },
         )
         .await
@@ -258,9 +316,32 @@ impl QueueService for QueueApi {
                 validate::token("receipts", receipt)?;
             }
             record_count(r.receipts.len());
-            let acked = self
-                .scheduler
-                .ack(self.store.tenant(&call.tenant), queue, &r.receipts)
+            let store = self.store.tenant(&call.tenant);
+            if r.results.is_empty() {
+                let acked = self.scheduler.ack(store, queue, &r.receipts).await?;
+                return Ok(pb::AckResponse { acked });
+            }
+            let mut results = Vec::with_capacity(r.results.len());
+            for (receipt, result) in r.results {
+                if result.len() > MAX_RESULT_BYTES {
+                    return Err(Error::invalid(
+                        "results",
+                        format!(
+                            "the result for a receipt is {} bytes, over the limit of {MAX_RESULT_BYTES}",
+                            result.len()
+                        ),
+                    ));
+                }
+                if !r.receipts.contains(&receipt) {
+                    return Err(Error::invalid(
+                        "results",
+                        "names a receipt that is not in `receipts`",
+                    ));
+                }
+                results.push((receipt, Bytes::from(result)));
+            }
+            let acked = store
+                .ack_with_results(queue, &r.receipts, &results)
                 .await?;
             Ok(pb::AckResponse { acked })
         })
@@ -326,6 +407,51 @@ impl QueueService for QueueApi {
         .await
     }
 
+    async fn get_task(
+        &self,
+        request: Request<pb::GetTaskRequest>,
+    ) -> Result<Response<pb::Task>, Status> {
+        rpc::unary(
+            Method::GetTask,
+            Bound::Race,
+            request,
+            |call, r| async move {
+                let queue = queue_name(&call, &r.queue)?;
+                let id = task_id("id", 0, &r.id)?;
+                record("task_id", &id);
+                match self.store.tenant(&call.tenant).task(queue, &id).await? {
+                    Some(task) => Ok(task_message(task)),
+                    None => Err(Error::NotFound(format!(
+                        "no task {id:?} in queue {queue:?}"
+                    ))),
+                }
+            },
+        )
+        .await
+    }
+
+    async fn wait(
+        &self,
+        request: Request<pb::WaitRequest>,
+    ) -> Result<Response<pb::WaitResponse>, Status> {
+        rpc::unary(Method::Wait, Bound::Own, request, |call, r| async move {
+            let queue = queue_name(&call, &r.queue)?;
+            let id = task_id("id", 0, &r.id)?;
+            record("task_id", &id);
+            let timeout = validate::duration("timeout", r.timeout.as_ref(), WAIT_TIMEOUT)?;
+            let waited = self
+                .store
+                .tenant(&call.tenant)
+                .wait(queue, &id, timeout, call.deadline)
+                .await?;
+            Ok(pb::WaitResponse {
+                done: waited.done,
+                task: waited.task.map(task_message),
+            })
+        })
+        .await
+    }
+
     async fn peek(
         &self,
         request: Request<pb::PeekRequest>,
@@ -337,6 +463,8 @@ impl QueueService for QueueApi {
                 Ok(pb::TaskState::Delayed) => TaskState::Delayed,
                 Ok(pb::TaskState::InFlight) => TaskState::InFlight,
                 Ok(pb::TaskState::Dead) => TaskState::Dead,
+                Ok(pb::TaskState::Completed) => TaskState::Completed,
+                Ok(pb::TaskState::Cancelled) => TaskState::Cancelled,
                 Err(_) => {
                     return Err(Error::invalid(
                         "state",

@@ -121,11 +121,46 @@ pub struct QueueConfig {
     pub rate_limit: Option<RateLimit>,
     /// Each group's rate limit.
     pub group_rate_limit: Option<RateLimit>,
+    /// Which acked and cancelled tasks are kept (none: an ended task is gone).
+    pub keep_completed: Option<Retention>,
+}
+
+/// How many ended tasks of a state a queue keeps, and how long (`lua/include/keep.lua`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Retention {
+    /// Kept at most this long after the end (zero: no bound by age).
+    pub age: Duration,
+    /// At most this many, the newest (0: no bound by count).
+    pub count: u32,
+}
+
+/// The most ended tasks of a state a queue may be told to keep by count.
+pub const MAX_KEEP_COUNT: u32 = 1_000_000;
+
+impl Retention {
+    /// As the scripts store it: "age_ms count".
+    fn as_script_arg(&self) -> String {
+        format!("{} {}", self.age.as_millis(), self.count)
+    }
+
+    /// A stored retention ('' for none).
+    fn from_script(text: &str) -> Result<Option<Self>> {
+        if text.is_empty() {
+            return Ok(None);
+        }
+        let bad = || Error::Internal(format!("stored retention {text:?}"));
+        let (age, count) = text.split_once(' ').ok_or_else(bad)?;
+        Ok(Some(Self {
+            age: Duration::from_millis(age.parse().map_err(|_| bad())?),
+            count: count.parse().map_err(|_| bad())?,
+        }))
+    }
 }
 
 impl QueueConfig {
-    /// From five reply values: paused, max_in_flight, group_max_in_flight, rate,
-    /// group_rate (as `configure_queue.lua` and the tail of `stats.lua` answer).
+    /// From six reply values: paused, max_in_flight, group_max_in_flight, rate,
+    /// group_rate, keep_completed (as `configure_queue.lua` and the tail of `stats.lua`
+    /// answer).
     pub(super) fn from_reply(r: &[Value]) -> Result<Self> {
         Ok(Self {
             paused: int(r, 0)? == 1,
@@ -133,6 +168,7 @@ impl QueueConfig {
             group_max_in_flight: int(r, 2)? as u32,
             rate_limit: RateLimit::from_script(&string(r, 3)?)?,
             group_rate_limit: RateLimit::from_script(&string(r, 4)?)?,
+            keep_completed: Retention::from_script(&string(r, 5)?)?,
         })
     }
 }
@@ -146,6 +182,8 @@ pub struct QueueConfigChange {
     /// `Some(None)` removes the limit.
     pub rate_limit: Option<Option<RateLimit>>,
     pub group_rate_limit: Option<Option<RateLimit>>,
+    /// `Some(None)` keeps nothing any more.
+    pub keep_completed: Option<Option<Retention>>,
 }
 
 /// A group's config.
@@ -186,6 +224,10 @@ impl QueueStore {
                 call.arg(field)
                     .arg(limit.map(|l| l.as_script_arg()).unwrap_or_default());
             }
+        }
+        if let Some(keep) = &change.keep_completed {
+            call.arg("keep_completed")
+                .arg(keep.map(|k| k.as_script_arg()).unwrap_or_default());
         }
         let reply: Vec<Value> = self.redis.invoke(&call).await?;
         QueueConfig::from_reply(&reply)

@@ -28,6 +28,7 @@ pub(crate) mod scheduler;
 mod scripts;
 mod store;
 pub(crate) mod subscribe;
+mod waits;
 pub(crate) mod watch;
 
 use std::{future::Future, pin::Pin, sync::Arc, time::Duration};
@@ -44,16 +45,18 @@ use crate::{
     tenant::Tenant,
 };
 pub use config::{
-    GroupConfig, Limit, QueueConfig, QueueConfigChange, RateLimit, MAX_RATE_LIMIT, MAX_WEIGHT,
-    RATE_PERIODS,
+    GroupConfig, Limit, QueueConfig, QueueConfigChange, RateLimit, Retention, MAX_KEEP_COUNT,
+    MAX_RATE_LIMIT, MAX_WEIGHT, RATE_PERIODS,
 };
 pub use history::{Minute, HISTORY_MINUTES};
 pub use listing::{GroupSummary, Page, QueueSummary};
 pub use model::{
-    Dispatched, Enqueued, Failure, Fire, FireOutcome, Fired, LeaseSpec, Leased, Nacked, NewTask,
-    Schedule, Stats, StreamSlots, Task, TaskState, CUT_MARK, MAX_ERROR_BYTES, MAX_PROGRESS_BYTES,
+    Attempt, Dispatched, Enqueued, Failure, Fire, FireOutcome, Fired, LeaseSpec, Leased, Nacked,
+    NewTask, Outcome, Schedule, Stats, StreamSlots, Task, TaskState, CUT_MARK, MAX_ERROR_BYTES,
+    MAX_PROGRESS_BYTES, MAX_RESULT_BYTES,
 };
 pub use scripts::QueueScripts;
+pub use waits::{WaitGuard, Waited};
 use watch::QueueWatch;
 
 /// Most tasks in one `Enqueue`, and most receipts or ids in one `Ack`, `Cancel` or
@@ -80,6 +83,8 @@ pub struct QueueStore {
     scripts: Arc<QueueScripts>,
     /// This replica's calls waiting on queues, woken by pub/sub.
     watch: Arc<QueueWatch>,
+    /// This replica's calls waiting for tasks to be done, answered by pub/sub.
+    waits: Arc<waits::TaskWaits>,
     /// Ack calls waiting to join the next `ack.lua` run of their queue.
     acks: Arc<GroupCommit<String, String, bool>>,
     /// Long polls run on its tracker, and give back what their callers left behind.
@@ -112,6 +117,7 @@ impl QueueStore {
             redis,
             scripts: Arc::new(QueueScripts::new()),
             watch: Arc::default(),
+            waits: Arc::default(),
             acks: GroupCommit::new(MAX_BATCH),
             shutdown,
             listed: Arc::default(),

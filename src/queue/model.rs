@@ -17,8 +17,12 @@ pub enum TaskState {
     Ready,
     /// Leased to a worker.
     InFlight,
-    /// Out of attempts.
+    /// Out of attempts (or given up).
     Dead,
+    /// Acked and kept (`QueueConfig.keep_completed`).
+    Completed,
+    /// Cancelled and kept (under `keep_completed`).
+    Cancelled,
 }
 
 impl TaskState {
@@ -29,6 +33,8 @@ impl TaskState {
             TaskState::Ready => "ready",
             TaskState::InFlight => "in_flight",
             TaskState::Dead => "dead",
+            TaskState::Completed => "completed",
+            TaskState::Cancelled => "cancelled",
         }
     }
 
@@ -39,6 +45,8 @@ impl TaskState {
             b"ready" => TaskState::Ready,
             b"in_flight" => TaskState::InFlight,
             b"dead" => TaskState::Dead,
+            b"completed" => TaskState::Completed,
+            b"cancelled" => TaskState::Cancelled,
             other => {
                 return Err(Error::Internal(format!(
                     "unknown task state {:?}",
@@ -126,10 +134,81 @@ pub struct Task {
     pub last_error: String,
     /// The latest progress a worker reported on it (empty for none).
     pub progress: Bytes,
+    /// Its deliveries that ended and left it in the queue, oldest first (read only by
+    /// [`super::QueueStore::task`]; empty elsewhere).
+    pub history: Vec<Attempt>,
+    /// What its Ack returned (a kept COMPLETED task; empty otherwise).
+    pub result: Bytes,
+}
+
+/// How a delivery ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Acked.
+    Acked,
+    /// Nacked (given back, or DEAD on its last attempt).
+    Nacked,
+    /// Its lease ran out, or its stream closed (after the re-attach grace).
+    Expired,
+    /// Nacked with `give_up`: DEAD at once.
+    GaveUp,
+    /// Cancelled while it ran.
+    Cancelled,
+}
+
+impl Outcome {
+    /// The outcome as the scripts spell it (one byte, `lua/include/attempts.lua`).
+    pub(super) fn from_script(code: u8) -> Result<Self> {
+        Ok(match code {
+            b'a' => Self::Acked,
+            b'n' => Self::Nacked,
+            b'e' => Self::Expired,
+            b'g' => Self::GaveUp,
+            b'c' => Self::Cancelled,
+            other => {
+                return Err(Error::Internal(format!(
+                    "unknown delivery outcome {:?}",
+                    other as char
+                )))
+            }
+        })
+    }
+
+    /// Its name in metrics and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Acked => "acked",
+            Self::Nacked => "nacked",
+            Self::Expired => "expired",
+            Self::GaveUp => "gave_up",
+            Self::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// One delivery of a task, as its history keeps it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attempt {
+    /// The delivery number (1 for the first).
+    pub number: u32,
+    /// The Subscribe stream's worker_id ('' for Lease and streams without one).
+    pub worker_id: String,
+    /// When it was leased, Unix ms (0 when not known: leased before history was kept).
+    pub leased_at_ms: i64,
+    /// When it ended, Unix ms.
+    pub ended_at_ms: i64,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// The error its Nack gave ('' for none; the last 5 of a task's errors whole,
+    /// older ones cut to 200 bytes).
+    pub error: String,
 }
 
 /// The most progress bytes one `ExtendLease` may carry.
 pub const MAX_PROGRESS_BYTES: usize = 4096;
+
+/// The most bytes one delivery's result (`Ack.results`) may hold.
+pub const MAX_RESULT_BYTES: usize = 64 * 1024;
 
 /// The longest error a Nack stores: a longer one is cut, never refused.
 pub const MAX_ERROR_BYTES: usize = 4096;

@@ -6,7 +6,10 @@ use prost::bytes::Bytes;
 use redis::Value;
 
 use super::{
-    model::{Dispatched, Enqueued, FireOutcome, Fired, Leased, NewTask, Stats, Task, TaskState},
+    model::{
+        Attempt, Dispatched, Enqueued, FireOutcome, Fired, Leased, NewTask, Outcome, Stats, Task,
+        TaskState,
+    },
     Limit, QueueConfig,
 };
 use crate::{
@@ -44,7 +47,54 @@ fn task_row(r: &[Value]) -> Result<Task> {
         priority: int(r, 10)? as u32,
         last_error: string(r, 11)?,
         progress: Bytes::from(bytes(r, 12)?),
+        history: Vec::new(),
+        result: Bytes::new(),
     })
+}
+
+/// `peek.lua` for one task: its row, then its history and result.
+pub(super) fn task_with_story(values: &[Value]) -> Result<Option<Task>> {
+    if values.is_empty() {
+        return Ok(None);
+    }
+    if values.len() != ROW + 2 {
+        return Err(Error::Internal(format!(
+            "a task's story of {} values",
+            values.len()
+        )));
+    }
+    let mut task = task_row(&values[..ROW])?;
+    task.history = attempts(&bytes(values, ROW)?)?;
+    task.result = Bytes::from(bytes(values, ROW + 1)?);
+    Ok(Some(task))
+}
+
+/// A packed history (`lua/include/attempts.lua`): per attempt, its number (u32),
+/// leased_at and ended_at (f64 Unix ms), its outcome (one byte), the lengths of its
+/// worker_id and error (u32), then those bytes; little-endian.
+fn attempts(mut packed: &[u8]) -> Result<Vec<Attempt>> {
+    const HEAD: usize = 4 + 8 + 8 + 1 + 4 + 4;
+    let bad = || Error::Internal("a task's history does not parse".into());
+    let mut out = Vec::new();
+    while !packed.is_empty() {
+        let head = packed.get(..HEAD).ok_or_else(bad)?;
+        let u32_at = |at: usize| u32::from_le_bytes(head[at..at + 4].try_into().unwrap());
+        let f64_at = |at: usize| f64::from_le_bytes(head[at..at + 8].try_into().unwrap());
+        let (worker_len, error_len) = (u32_at(21) as usize, u32_at(25) as usize);
+        let body = packed
+            .get(HEAD..HEAD + worker_len + error_len)
+            .ok_or_else(bad)?;
+        out.push(Attempt {
+            number: u32_at(0),
+            leased_at_ms: f64_at(4) as i64,
+            ended_at_ms: f64_at(12) as i64,
+            outcome: Outcome::from_script(head[20])?,
+            worker_id: String::from_utf8_lossy(&body[..worker_len]).into_owned(),
+            error: String::from_utf8_lossy(&body[worker_len..]).into_owned(),
+        });
+        packed = &packed[HEAD + worker_len + error_len..];
+    }
+    Ok(out)
 }
 
 /// `fire.lua`: now, then per fire its outcome, handled before, enqueued before and
@@ -204,7 +254,7 @@ pub(super) fn dispatched(reply: &[Value], streams: usize) -> Result<Dispatched> 
 /// `stats.lua`: ready, delayed, in flight, dead, oldest ready (-1), next due (-1),
 /// dead letters, then the config's five values.
 pub(super) fn stats(r: &[Value]) -> Result<Stats> {
-    if r.len() != 13 {
+    if r.len() != 14 {
         return Err(Error::Internal(format!("stats replied {} values", r.len())));
     }
     let at = |n: usize| int(r, n).map(|ms| (ms >= 0).then_some(ms));
@@ -216,8 +266,8 @@ pub(super) fn stats(r: &[Value]) -> Result<Stats> {
         oldest_ready_at_ms: at(4)?,
         next_due_at_ms: at(5)?,
         dead_letters: int(r, 6)? as u64,
-        config: QueueConfig::from_reply(&r[7..12])?,
-        delivered_5m: int(r, 12)? as u64,
+        config: QueueConfig::from_reply(&r[7..13])?,
+        delivered_5m: int(r, 13)? as u64,
     })
 }
 

@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use prost::bytes::Bytes;
+
 use super::{
     model::{
         Dispatched, Enqueued, Failure, Fire, Fired, LeaseSpec, Leased, Nacked, NewTask, Schedule,
@@ -223,8 +225,33 @@ impl QueueStore {
         keys: &QueueKeys,
         receipts: &[String],
     ) -> Result<Vec<bool>> {
+        self.ack_run(keys, receipts, &[]).await
+    }
+
+    /// Finishes deliveries that returned results (`(receipt, result)` pairs), in one
+    /// `ack.lua` run of their own (not batched: results are the rarer Ack); one flag
+    /// per receipt.
+    pub async fn ack_with_results(
+        &self,
+        queue: &str,
+        receipts: &[String],
+        results: &[(String, Bytes)],
+    ) -> Result<Vec<bool>> {
+        self.ack_run(&self.keys(queue), receipts, results).await
+    }
+
+    async fn ack_run(
+        &self,
+        keys: &QueueKeys,
+        receipts: &[String],
+        results: &[(String, Bytes)],
+    ) -> Result<Vec<bool>> {
         let mut call = call(&self.scripts.ack, keys);
         self.ack_head(&mut call, keys);
+        call.arg(results.len());
+        for (receipt, result) in results {
+            call.arg(receipt).arg(result.as_ref());
+        }
         for receipt in receipts {
             call.arg(receipt);
         }
@@ -345,11 +372,13 @@ impl QueueStore {
             .await
     }
 
-    /// The task `id`, in whatever state it is (none when the queue has no such task).
+    /// The task `id`, in whatever state it is, with its history and result (none when
+    /// the queue has no such task).
     pub async fn task(&self, queue: &str, id: &str) -> Result<Option<Task>> {
         // The script's ARGV[5] carries the id (as it carries a group for READY).
-        let tasks = self.peek_run(queue, "task", 1, Some(id), 0).await?;
-        Ok(tasks.into_iter().find(|task| task.id == id))
+        let call = self.peek_call(queue, "task", 1, Some(id), 0);
+        let reply: Vec<redis::Value> = self.invoke_reclaiming(&call).await?;
+        replies::task_with_story(&reply)
     }
 
     async fn peek_run(
@@ -360,6 +389,19 @@ impl QueueStore {
         group: Option<&str>,
         skip: u64,
     ) -> Result<Vec<Task>> {
+        let call = self.peek_call(queue, state, limit, group, skip);
+        let reply: Vec<redis::Value> = self.invoke_reclaiming(&call).await?;
+        replies::task_rows(&reply)
+    }
+
+    fn peek_call(
+        &self,
+        queue: &str,
+        state: &str,
+        limit: u32,
+        group: Option<&str>,
+        skip: u64,
+    ) -> Invocation<'_> {
         let keys = self.keys(queue);
         let mut call = call(&self.scripts.peek, &keys);
         call.arg(state)
@@ -368,8 +410,7 @@ impl QueueStore {
             .arg(if group.is_some() { "1" } else { "0" })
             .arg(group.unwrap_or_default())
             .arg(skip);
-        let reply: Vec<redis::Value> = self.invoke_reclaiming(&call).await?;
-        replies::task_rows(&reply)
+        call
     }
 
     /// Removes tasks that are not in flight; the ids removed.

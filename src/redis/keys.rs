@@ -97,9 +97,11 @@ pub struct SemaphoreKeys {
 pub struct QueueKeys {
     /// Every key, in script order: pending, inflight, dead, tasks, payloads, reserved,
     /// seq, leased, counters, then flow control's config, ready, ranked, rotation,
-    /// groups, wakeups, group_index, the dashboard's history, and each task's last
-    /// error and progress (`src/queue/lua/include/keys.lua` says what each holds).
-    pub all: [String; 19],
+    /// groups, wakeups, group_index, the dashboard's history, each task's last error,
+    /// progress, delivery history and result, the kept COMPLETED and CANCELLED tasks
+    /// and the ids someone waits for (`src/queue/lua/include/keys.lua` says what each
+    /// holds).
+    pub all: [String; 24],
 }
 
 impl SemaphoreKeys {
@@ -137,6 +139,9 @@ pub enum Event {
     ScheduleChanged,
     /// Semaphore waiters that may go now (message: their tickets, space-separated).
     SemaphoreWake,
+    /// A task someone waits for is done (message: its queue's pending key and the
+    /// task, `src/queue/lua/include/announce.lua`).
+    TaskDone,
 }
 
 impl Event {
@@ -148,6 +153,7 @@ impl Event {
             Self::LockChanged => "lock-changed",
             Self::ScheduleChanged => "schedule-changed",
             Self::SemaphoreWake => "semaphore-wake",
+            Self::TaskDone => "task-done",
         }
     }
 }
@@ -287,6 +293,11 @@ impl Keys {
                 "history",
                 "errors",
                 "progress",
+                "attempts",
+                "results",
+                "completed",
+                "cancelled",
+                "watched",
             ]
             .map(|part| format!("{base}:{part}")),
         }

@@ -464,7 +464,7 @@ pub(super) fn task_controls(queue: &str, id: &str, state: TaskState) -> String {
                 button("cancel", &fields, "Cancel task")
             )
         }
-        TaskState::InFlight => String::new(),
+        TaskState::InFlight | TaskState::Completed | TaskState::Cancelled => String::new(),
     }
 }
 

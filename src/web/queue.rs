@@ -82,6 +82,8 @@ pub(super) async fn render(
         TaskState::Delayed => stats.delayed,
         TaskState::InFlight => stats.in_flight,
         TaskState::Dead => stats.dead,
+        // Not among the tabs (STATES): kept tasks are counted in no depth.
+        TaskState::Completed | TaskState::Cancelled => 0,
     };
     let pages = in_state.div_ceil(u64::from(TASKS_PER_PAGE)).max(1);
     let page = query.page.unwrap_or(1).clamp(1, pages);

@@ -177,6 +177,7 @@ async fn call(
                     id: "t".into(),
                     ..Default::default()
                 }],
+                ..Default::default()
             })
             .await
             .map(drop),
@@ -191,6 +192,7 @@ async fn call(
             .ack(pb::AckRequest {
                 queue,
                 receipts: vec!["r".into()],
+                ..Default::default()
             })
             .await
             .map(drop),
@@ -509,6 +511,7 @@ async fn enqueue(
         .enqueue(pb::EnqueueRequest {
             queue: queue.into(),
             tasks,
+            ..Default::default()
         })
         .await
         .expect("enqueue")
@@ -702,6 +705,7 @@ async fn attack_every_rpc(locks: &mut Locks, queues: &mut Queues, victim: &Victi
         .ack(pb::AckRequest {
             queue: name.clone(),
             receipts: vec![victim.receipt.clone()],
+            ..Default::default()
         })
         .await
         .expect("ack");
@@ -825,6 +829,7 @@ async fn no_rpc_of_one_tenant_can_read_or_change_another_tenants_locks_or_queues
                     .ack(pb::AckRequest {
                         queue: probe.to_string(),
                         receipts: vec![victim.receipt.clone()],
+                        ..Default::default()
                     })
                     .await?;
                 assert_eq!(
@@ -859,6 +864,7 @@ async fn no_rpc_of_one_tenant_can_read_or_change_another_tenants_locks_or_queues
             .ack(pb::AckRequest {
                 queue: victim.name.clone(),
                 receipts: vec![victim.receipt.clone()],
+                ..Default::default()
             })
             .await?;
         assert_eq!(acked.into_inner().acked, [true], "{}", victim.name);
@@ -1440,6 +1446,7 @@ async fn concurrent_acks_of_two_tenants_on_one_queue_name_each_reach_their_own_q
                 .ack(pb::AckRequest {
                     queue: "shared".into(),
                     receipts: vec![receipt],
+                    ..Default::default()
                 })
                 .await
                 .map(|reply| reply.into_inner().acked)
@@ -1466,6 +1473,7 @@ async fn with_auth_on_queue_metrics_carry_the_tenant_and_never_a_token() -> Test
             .enqueue(pb::EnqueueRequest {
                 queue: "orders".into(),
                 tasks: vec![pb::TaskSpec::default()],
+                ..Default::default()
             })
             .await?;
         queues

@@ -269,6 +269,7 @@ async fn every_bad_field_of_every_rpc_is_invalid_argument_naming_it_before_redis
     let enqueue = |tasks: Vec<TaskSpec>| EnqueueRequest {
         queue: "q".into(),
         tasks,
+        ..Default::default()
     };
     for queue in ["", &text(513)[..], CONTROL] {
         case!(
@@ -378,6 +379,7 @@ async fn every_bad_field_of_every_rpc_is_invalid_argument_naming_it_before_redis
     let ack = |receipts: Vec<String>| AckRequest {
         queue: "q".into(),
         receipts,
+        ..Default::default()
     };
     case!(
         queues.ack,
@@ -1118,6 +1120,7 @@ async fn a_request_over_the_message_size_limit_is_resource_exhausted_naming_the_
                 ..Default::default()
             })
             .collect(),
+        ..Default::default()
     };
     let server = TestServer::start(&redis).await;
     let status = server

@@ -55,6 +55,7 @@ async fn walk() -> TestResult {
         .enqueue(EnqueueRequest {
             queue: "orders".into(),
             tasks: (0..150).map(|n| task(format!("order-{n:03}"), 1)).collect(),
+            ..Default::default()
         })
         .await?;
     let leased = queues
@@ -77,6 +78,7 @@ async fn walk() -> TestResult {
         .enqueue(EnqueueRequest {
             queue: "orders".into(),
             tasks: (0..3).map(|n| task(format!("fresh-{n}"), 5)).collect(),
+            ..Default::default()
         })
         .await?;
     ScheduleServiceClient::with_interceptor(server.channel().await, bearer("shop-admin"))

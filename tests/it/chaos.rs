@@ -137,6 +137,7 @@ async fn produce(record: Arc<Record>, ledger: Arc<Ledger>, servers: Arc<Servers>
         let request = EnqueueRequest {
             queue: "chaos".into(),
             tasks,
+            ..Default::default()
         };
         match queues.enqueue(with_timeout(request, CALL)).await {
             Ok(reply) => ledger.enqueued(reply.into_inner().results.into_iter().map(|r| r.id)),
@@ -186,6 +187,7 @@ async fn work(record: Arc<Record>, ledger: Arc<Ledger>, servers: Arc<Servers>, s
         let request = AckRequest {
             queue: "chaos".into(),
             receipts: tasks.iter().map(|t| t.receipt.clone()).collect(),
+            ..Default::default()
         };
         if let Ok(reply) = queues.ack(with_timeout(request, CALL)).await {
             ledger.acked(&tasks, &reply.into_inner().acked);

@@ -87,6 +87,7 @@ async fn enqueue(server: &TestServer, queue: &str, specs: Vec<pb::TaskSpec>) -> 
         .enqueue(pb::EnqueueRequest {
             queue: queue.into(),
             tasks: specs,
+            ..Default::default()
         })
         .await?;
     Ok(())

@@ -153,6 +153,7 @@ async fn queues_lease_ack_and_push_to_subscribers_across_the_primaries_of_a_clus
                         ..Default::default()
                     },
                 ],
+                ..Default::default()
             })
             .await?;
         let pushed = loop {
@@ -170,6 +171,7 @@ async fn queues_lease_ack_and_push_to_subscribers_across_the_primaries_of_a_clus
             .ack(pb::AckRequest {
                 queue: queue.clone(),
                 receipts: vec![pushed.receipt],
+                ..Default::default()
             })
             .await?
             .into_inner();
@@ -191,6 +193,7 @@ async fn queues_lease_ack_and_push_to_subscribers_across_the_primaries_of_a_clus
             .ack(pb::AckRequest {
                 queue: queue.clone(),
                 receipts: vec![leased[0].receipt.clone()],
+                ..Default::default()
             })
             .await?;
         let stats = queues
@@ -276,6 +279,7 @@ async fn a_primary_failover_under_load_keeps_serving_and_fencing_tokens_never_go
                         .enqueue(pb::EnqueueRequest {
                             queue: queue.into(),
                             tasks: vec![pb::TaskSpec::default()],
+                            ..Default::default()
                         })
                         .await?;
                     let tasks = queues
@@ -290,6 +294,7 @@ async fn a_primary_failover_under_load_keeps_serving_and_fencing_tokens_never_go
                         .ack(pb::AckRequest {
                             queue: queue.into(),
                             receipts: tasks.into_iter().map(|t| t.receipt).collect(),
+                            ..Default::default()
                         })
                         .await?;
                     Ok::<_, tonic::Status>(())
@@ -382,6 +387,7 @@ async fn with_wait_replicas_no_confirmed_task_is_lost_when_its_primary_fails() -
                         id: id.clone(),
                         ..Default::default()
                     }],
+                    ..Default::default()
                 })
                 .await
                 .map(|_| id)

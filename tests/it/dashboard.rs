@@ -151,6 +151,7 @@ async fn enqueue(server: &TestServer, queue: &str, ids: &[&str], delay_ms: Optio
         .enqueue(EnqueueRequest {
             queue: queue.into(),
             tasks,
+            ..Default::default()
         })
         .await
         .expect("enqueue");
@@ -169,6 +170,7 @@ pub(crate) async fn enqueue_as(server: &TestServer, token: &str, queue: &str) {
                 id: "t".into(),
                 ..Default::default()
             }],
+            ..Default::default()
         })
         .await
         .expect("enqueue");
@@ -597,6 +599,7 @@ async fn a_queue_page_shows_its_tasks_by_state_its_groups_and_payloads_as_text()
                 task("a1", "acme", b"<img src=x onerror=alert(1)>"),
                 task("b1", "bolt", &[0xff, 0xfe, b'o', b'k']),
             ],
+            ..Default::default()
         })
         .await?;
     // "doomed" is first in the rotation (the ungrouped group): lease it, Nack it on
@@ -744,6 +747,7 @@ async fn tasks_page_by_rank_and_a_task_opens_as_text_json_or_hex() -> TestResult
                     ..Default::default()
                 },
             ],
+            ..Default::default()
         })
         .await?;
     let text = get(addr, "/task?queue=deep&id=json%3C1%3E", None).await;
@@ -873,6 +877,7 @@ async fn actions_are_confirmed_then_done_and_change_what_the_rpcs_see() -> TestR
                     ..Default::default()
                 })
                 .collect(),
+            ..Default::default()
         })
         .await?;
     act(addr, "X-None: 1", "queue=work&id=c&do=cancel&confirmed=yes").await;
@@ -927,6 +932,7 @@ async fn actions_are_confirmed_then_done_and_change_what_the_rpcs_see() -> TestR
                 group: "acme".into(),
                 ..Default::default()
             }],
+            ..Default::default()
         })
         .await?;
     act(

@@ -55,6 +55,7 @@ async fn nothing_confirmed_is_lost_when_redis_is_sigkilled_with_fsync_always() -
                 let request = EnqueueRequest {
                     queue: "q".into(),
                     tasks,
+                    ..Default::default()
                 };
                 match queues.enqueue(with_timeout(request, CALL)).await {
                     Ok(reply) => {
@@ -94,6 +95,7 @@ async fn nothing_confirmed_is_lost_when_redis_is_sigkilled_with_fsync_always() -
                 let request = AckRequest {
                     queue: "q".into(),
                     receipts: tasks.iter().map(|t| t.receipt.clone()).collect(),
+                    ..Default::default()
                 };
                 if let Ok(reply) = queues.ack(with_timeout(request, CALL)).await {
                     ledger.acked(&tasks, &reply.into_inner().acked);
@@ -306,6 +308,7 @@ async fn everything_recovers_when_redis_is_killed_and_restarted_under_load() -> 
                     id: format!("after-{queue}"),
                     ..Default::default()
                 }],
+                ..Default::default()
             };
             async move { queues.enqueue(request).await }
         })
@@ -362,6 +365,7 @@ async fn with_wait_replicas_a_write_no_replica_confirmed_is_unavailable() -> Tes
             id: id.into(),
             ..Default::default()
         }],
+        ..Default::default()
     };
     // A loaded machine may delay the replica's ack past the WAIT: a write that answered
     // UNAVAILABLE is retried until confirmed, as a client does (enqueue by id and an

@@ -34,6 +34,7 @@ async fn enqueue(queues: &mut Queues, queue: &str, tasks: Vec<TaskSpec>) -> Test
         .enqueue(EnqueueRequest {
             queue: queue.into(),
             tasks,
+            ..Default::default()
         })
         .await?;
     Ok(())
@@ -65,6 +66,7 @@ async fn ack(queues: &mut Queues, queue: &str, tasks: &[Task]) -> Result<Vec<boo
         .ack(AckRequest {
             queue: queue.into(),
             receipts: tasks.iter().map(|t| t.receipt.clone()).collect(),
+            ..Default::default()
         })
         .await?
         .into_inner()
@@ -823,6 +825,7 @@ async fn list_groups_counts_each_group_s_tasks_by_state_and_pages_by_name(
         .ack(AckRequest {
             queue: "q".into(),
             receipts,
+            ..Default::default()
         })
         .await?;
     let left = queues

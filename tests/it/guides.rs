@@ -332,6 +332,7 @@ async fn the_python_examples_run_as_printed() -> TestResult {
                         payload: b"hi".to_vec().into(),
                         ..Default::default()
                     }],
+                    ..Default::default()
                 })
                 .await?;
             Some("sending hello-1")

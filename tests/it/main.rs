@@ -22,6 +22,7 @@ mod layers;
 mod list_locks;
 mod lock;
 mod model;
+mod outcomes;
 mod process;
 mod queue;
 mod schedule;

@@ -923,6 +923,7 @@ impl Run {
                             priority: s.priority,
                         })
                         .collect(),
+                    ..Default::default()
                 })
                 .await
                 .map(|r| {
@@ -952,6 +953,7 @@ impl Run {
                 .ack(AckRequest {
                     queue: q(),
                     receipts,
+                    ..Default::default()
                 })
                 .await
                 .map(|r| Actual::Acked(r.into_inner().acked)),

@@ -204,6 +204,7 @@ async fn a_sigkilled_server_takes_its_embedded_redis_with_it_and_the_next_one_ke
         .enqueue(EnqueueRequest {
             queue: "kept".into(),
             tasks: tasks(0, 1),
+            ..Default::default()
         })
         .await?;
     let redis_pid = std::fs::read_to_string(data.join("redis.pid"))?
@@ -330,6 +331,7 @@ async fn three_server_processes_deliver_2000_tasks_exactly_once(store: TestStore
                     .ack(AckRequest {
                         queue: "drain".into(),
                         receipts: vec![task.receipt],
+                        ..Default::default()
                     })
                     .await?
                     .into_inner()
@@ -346,6 +348,7 @@ async fn three_server_processes_deliver_2000_tasks_exactly_once(store: TestStore
             .enqueue(EnqueueRequest {
                 queue: "drain".into(),
                 tasks: tasks(batch * 500, 500),
+                ..Default::default()
             })
             .await?;
     }
@@ -400,6 +403,7 @@ async fn killed_server_loses_no_delivery_and_no_lock_outlives_its_ttl(
         .enqueue(EnqueueRequest {
             queue: "crash".into(),
             tasks: tasks(0, 3),
+            ..Default::default()
         })
         .await?;
     let mut stream = queues
@@ -794,6 +798,7 @@ async fn settings_are_read_from_their_turnstile_environment_variables() -> TestR
                 payload: vec![0u8; 3000].into(),
                 ..Default::default()
             }],
+            ..Default::default()
         })
         .await
         .unwrap_err();

@@ -47,6 +47,7 @@ async fn enqueue(
         .enqueue(EnqueueRequest {
             queue: "q".into(),
             tasks,
+            ..Default::default()
         })
         .await?
         .into_inner()
@@ -81,6 +82,7 @@ async fn ack(queues: &mut Queues, receipts: &[&str]) -> Result<Vec<bool>, tonic:
         .ack(AckRequest {
             queue: "q".into(),
             receipts,
+            ..Default::default()
         })
         .await?
         .into_inner()
@@ -318,6 +320,7 @@ async fn concurrent_acks_each_get_their_own_answers(redis: TestStore) -> TestRes
                 .ack(AckRequest {
                     queue: "q".into(),
                     receipts,
+                    ..Default::default()
                 })
                 .await?
                 .into_inner()
@@ -906,7 +909,8 @@ async fn every_rpc(
         enqueue,
         EnqueueRequest {
             queue: q(),
-            tasks: vec![spec("new", "x")]
+            tasks: vec![spec("new", "x")],
+            ..Default::default()
         }
     );
     call!("Lease", lease, lease_request(1, 30_000));
@@ -915,7 +919,8 @@ async fn every_rpc(
         ack,
         AckRequest {
             queue: q(),
-            receipts: vec![receipt.to_owned()]
+            receipts: vec![receipt.to_owned()],
+            ..Default::default()
         }
     );
     call!(
@@ -1041,6 +1046,7 @@ async fn bad_queue_input_is_invalid_argument_naming_the_field(redis: TestStore) 
     let enq = |queue: &str, tasks: Vec<TaskSpec>| EnqueueRequest {
         queue: queue.into(),
         tasks,
+        ..Default::default()
     };
     expect(queues.enqueue(enq("", vec![spec("a", "x")])).await, "queue");
     expect(queues.enqueue(enq("q", vec![])).await, "tasks");
@@ -1101,6 +1107,7 @@ async fn bad_queue_input_is_invalid_argument_naming_the_field(redis: TestStore) 
             .ack(AckRequest {
                 queue: "q".into(),
                 receipts: vec![String::new()],
+                ..Default::default()
             })
             .await,
         "receipts",
@@ -1284,6 +1291,7 @@ async fn an_enqueue_batch_is_seen_whole_or_not_at_all(redis: TestStore) -> TestR
     let bad = EnqueueRequest {
         queue: "other".into(),
         tasks: vec![spec("fine", "x"), spec("", "y"), spec("bad\u{7}", "z")],
+        ..Default::default()
     };
     assert_eq!(
         queues.enqueue(bad).await.unwrap_err().code(),

@@ -245,6 +245,7 @@ async fn putting_a_schedule_again_never_enqueues_a_fire_time_twice(redis: TestSt
             .ack(AckRequest {
                 queue: "again".into(),
                 receipts: vec![task.receipt],
+                ..Default::default()
             })
             .await?;
         schedule.task.as_mut().unwrap().payload = format!("round {round}").into_bytes();
@@ -297,6 +298,7 @@ async fn overlap_skip_fires_only_when_the_last_task_is_gone(redis: TestStore) ->
         .ack(AckRequest {
             queue: "overlaps".into(),
             receipts: vec![first.receipt],
+            ..Default::default()
         })
         .await?;
     let next = next_task(&mut stream, common::WAIT)

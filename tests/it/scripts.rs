@@ -139,7 +139,7 @@ fn every_script_carries_only_the_helpers_it_names_and_no_bare_keys() {
         .chain(schedules.all())
         .chain(semaphores.all())
         .collect();
-    assert_eq!(all.len(), 33);
+    assert_eq!(all.len(), 34);
     for script in &all {
         let source = script.source;
         // Read only exactly when it says so on its first line, which Redis enforces.
@@ -181,13 +181,19 @@ fn every_script_carries_only_the_helpers_it_names_and_no_bare_keys() {
     assert!(describe.text.contains("local function unpack_lease"));
     assert!(!describe.text.contains("free_lock"));
     assert!(describe.text.starts_with(NO_WRITES));
-    // Watch's writes are marks. Peek, Stats and ListGroups return expired leases
-    // first, which is a write: not
-    // read only; but their answers tell nobody that something was stored, so they
-    // alone of the scripts that write do not wait for replicas.
+    // Watch's writes are marks, and Wait's its registration. Peek, Stats and
+    // ListGroups return expired leases first, which is a write: not read only; but
+    // their answers tell nobody that something was stored, so they alone of the
+    // scripts that write do not wait for replicas.
     for script in &all {
-        let answers_only =
-            ["peek.lua", "stats.lua", "list_groups.lua", "watch.lua"].contains(&script.source.name);
+        let answers_only = [
+            "peek.lua",
+            "stats.lua",
+            "list_groups.lua",
+            "watch.lua",
+            "wait.lua",
+        ]
+        .contains(&script.source.name);
         assert_eq!(
             script.confirms,
             script.writes && !answers_only,
@@ -487,7 +493,7 @@ async fn peek_returns_one_task_over_budget_and_cancel_leaves_a_task_in_flight() 
         &mut conn,
         queue_script(&queues, "ack.lua"),
         &keys,
-        &["freed", "ch", "msg", "other:a", "p:a"],
+        &["freed", "ch", "msg", "0", "other:a", "p:a"],
     )
     .await?;
     assert_eq!(acked, [0, 1]);

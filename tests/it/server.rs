@@ -386,6 +386,7 @@ async fn metrics_count_known_traffic_by_method_code_stream_and_queue() -> TestRe
         .enqueue(pb::EnqueueRequest {
             queue: "mq".into(),
             tasks: vec![spec("1", 0), spec("2", 0), spec("3", 0)],
+            ..Default::default()
         })
         .await?;
     let lease = |queue: &str, max_tasks: u32| pb::LeaseRequest {
@@ -431,6 +432,7 @@ async fn metrics_count_known_traffic_by_method_code_stream_and_queue() -> TestRe
         .enqueue(pb::EnqueueRequest {
             queue: "dq".into(),
             tasks: vec![spec("x", 1)],
+            ..Default::default()
         })
         .await?;
     lease_and_nack(&mut queues, "dq").await?;
@@ -472,6 +474,7 @@ async fn metrics_count_known_traffic_by_method_code_stream_and_queue() -> TestRe
         .enqueue(pb::EnqueueRequest {
             queue: "sq".into(),
             tasks: vec![spec("s", 0)],
+            ..Default::default()
         })
         .await?;
     loop {

@@ -39,6 +39,7 @@ async fn enqueue(queues: &mut Queues, queue: &str, tasks: Vec<TaskSpec>) -> Test
         .enqueue(EnqueueRequest {
             queue: queue.into(),
             tasks,
+            ..Default::default()
         })
         .await?;
     Ok(())
@@ -61,6 +62,7 @@ async fn ack(
         .ack(AckRequest {
             queue: queue.into(),
             receipts: receipts.iter().map(|r| r.to_string()).collect(),
+            ..Default::default()
         })
         .await?
         .into_inner()
@@ -703,6 +705,7 @@ async fn a_stream_survives_a_redis_restart_and_pushes_what_is_enqueued_after_it(
                 .enqueue(EnqueueRequest {
                     queue: "q".into(),
                     tasks: vec![task("after")],
+                    ..Default::default()
                 })
                 .await
         }

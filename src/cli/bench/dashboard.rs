@@ -104,6 +104,7 @@ pub async fn dashboard(target: &Target) -> Result<Report, String> {
                             ..Default::default()
                         })
                         .collect(),
+                    ..Default::default()
                 })
                 .await
                 .map(drop)
@@ -137,6 +138,7 @@ pub async fn dashboard(target: &Target) -> Result<Report, String> {
                         ..Default::default()
                     })
                     .collect(),
+                ..Default::default()
             })
             .await
             .map_err(failed)?;

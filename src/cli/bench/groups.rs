@@ -80,6 +80,7 @@ async fn prefill(
                     .enqueue(EnqueueRequest {
                         queue: queue.clone(),
                         tasks,
+                        ..Default::default()
                     })
                     .await
                     .map_err(failed)?;
@@ -247,6 +248,7 @@ async fn quiet_pickup(
                         .ack(AckRequest {
                             queue,
                             receipts: vec![task.receipt],
+                            ..Default::default()
                         })
                         .await;
                 });
@@ -268,6 +270,7 @@ async fn quiet_pickup(
                     group: "quiet".into(),
                     ..TaskSpec::default()
                 }],
+                ..Default::default()
             })
             .await
             .map_err(failed)?;

@@ -71,6 +71,7 @@ async fn enqueue(queues: &mut Queues, queue: &str, tasks: Vec<TaskSpec>) -> Resu
         .enqueue(EnqueueRequest {
             queue: queue.to_owned(),
             tasks,
+            ..Default::default()
         })
         .await
         .map_err(failed)?;
@@ -105,7 +106,13 @@ impl Acker {
                 let mut queues = queues.clone();
                 let (queue, acked) = (queue.clone(), acked.clone());
                 tokio::spawn(async move {
-                    let reply = queues.ack(AckRequest { queue, receipts }).await;
+                    let reply = queues
+                        .ack(AckRequest {
+                            queue,
+                            receipts,
+                            ..Default::default()
+                        })
+                        .await;
                     if let Ok(reply) = reply {
                         let n = reply.into_inner().acked.iter().filter(|a| **a).count();
                         acked.fetch_add(n as u64, Ordering::Relaxed);

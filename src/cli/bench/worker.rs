@@ -111,6 +111,7 @@ async fn raw_loop(client: &Client, queue: &str) -> Result<f64, String> {
                 let request = pb::AckRequest {
                     queue: queue.to_owned(),
                     receipts: vec![task.receipt],
+                    ..Default::default()
                 };
                 acks.spawn(async move { queues.ack(request).await.map(drop) });
             }

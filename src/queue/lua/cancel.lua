@@ -1,4 +1,6 @@
--- cancel.lua: remove tasks that are not in flight (DELAYED, READY or DEAD).
+-- cancel.lua: remove tasks that are not in flight (DELAYED, READY or DEAD; and kept
+-- COMPLETED or CANCELLED ones). A queue that keeps ended tasks (include/keep.lua) keeps
+-- a cancelled waiting task as CANCELLED; its waiters hear of it.
 -- KEYS: the queue's keys (include/keys.lua)
 -- ARGV[1] the queue-changed channel, ARGV[2] its message, then the ids
 -- Clock: Redis TIME (the dedupe window; leases that ran out end first).
@@ -17,6 +19,8 @@
 --- @include "ending"
 --- @include "group_state"
 --- @include "unplace"
+--- @include "keep"
+--- @include "announce"
 local changed_channel, changed_message = ARGV[1], ARGV[2]
 local now = now_ms()
 open_flow(now)
@@ -25,15 +29,34 @@ if reclaim(now) then
   return again()
 end
 local out, done, ends, freed = {}, {}, ending(), false
+local keep, kept = keeping() ~= nil, 0
 for i = 3, #ARGV do
   local id = ARGV[i]
   local meta = not done[id] and load(id)
   if meta and meta.state ~= IN_FLIGHT then
     done[id] = true
+    local ended = meta.state == COMPLETED or meta.state == CANCELLED
     freed = unplace(id, meta) or freed
-    ends.forget(id, meta, now)
+    if keep and not ended then
+      keep_ended(id, meta, CANCELLED, cancelled, now)
+      if meta.dedupe_ms > 0 then
+        redis.call('ZADD', reserved, string.format('%d', now + meta.dedupe_ms), id)
+      end
+      kept = kept + 1
+    else
+      if ended then
+        redis.call('HDEL', results, id)
+      end
+      ends.forget(id, meta, now)
+    end
+    if not ended then
+      announce(now, id, meta, 'cancelled')
+    end
     out[#out + 1] = id
   end
+end
+if keep then
+  prune(cancelled, now, kept)
 end
 ends.flush()
 if freed then

@@ -3,10 +3,12 @@
 -- KEYS: the queue's keys (include/keys.lua)
 -- ARGV[1] the queue-changed channel, ARGV[2] its message, then field-value pairs:
 -- paused ('0'/'1'), max_in_flight, group_max_in_flight (0: none), rate and group_rate
--- ("limit period_ms burst", '': none). Values are checked by the server.
+-- ("limit period_ms burst", '': none), keep_completed ("age_ms count", '': none;
+-- include/keep.lua). Values are checked by the server. A change of keep_completed alone
+-- does not put the queue in flow mode (keeping ended tasks needs none of it).
 -- Clock: Redis TIME.
 -- Returns the config as stats.lua does: paused (0/1), max_in_flight,
--- group_max_in_flight, rate, group_rate ('' for none).
+-- group_max_in_flight, rate, group_rate, keep_completed ('' for none).
 --- @include "keys"
 --- @include "now_ms"
 --- @include "group_state"
@@ -15,10 +17,12 @@ local changed_channel, changed_message = ARGV[1], ARGV[2]
 
 local now = now_ms()
 open_flow(now)
-enter_flow()
 local group_limits_changed = false
 for i = 3, #ARGV, 2 do
   local field, value = ARGV[i], ARGV[i + 1]
+  if field ~= 'keep_completed' then
+    enter_flow()
+  end
   if value == '' or value == '0' then
     redis.call('HDEL', config, field)
     flow.cfg[field] = nil
@@ -38,4 +42,5 @@ end
 redis.call('PUBLISH', changed_channel, changed_message)
 local cfg = flow.cfg
 return {cfg.paused == '1' and 1 or 0, number_of(cfg.max_in_flight),
-  number_of(cfg.group_max_in_flight), cfg.rate or '', cfg.group_rate or ''}
+  number_of(cfg.group_max_in_flight), cfg.rate or '', cfg.group_rate or '',
+  cfg.keep_completed or ''}

@@ -26,7 +26,7 @@ for i = 4, #ARGV, 2 do
       if grace > 0 then
         relet(id, meta, now + grace)
         kept = kept + 1
-      elseif expire_delivery(ends, id, meta) then
+      elseif expire_delivery(ends, id, meta, now) then
         returned = returned + 1
       end
     end

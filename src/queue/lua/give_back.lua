@@ -18,7 +18,7 @@ open_flow(now)
 local returned, ends = 0, ending()
 for i = 3, #ARGV do
   local id, meta = delivery(ARGV[i], now)
-  if id and expire_delivery(ends, id, meta) then
+  if id and expire_delivery(ends, id, meta, now) then
     returned = returned + 1
   end
 end

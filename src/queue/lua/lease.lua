@@ -52,7 +52,7 @@ local out, writes, leases, ends = {0, held_back or ''}, {}, {}, ending()
 for n, id in ipairs(ids) do
   local meta = raws[n] and decode(raws[n])
   if meta then
-    take(meta)
+    take(meta, now)
     if auto_ack then
       ends.forget(id, meta, now)
     else

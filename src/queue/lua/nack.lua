@@ -29,7 +29,8 @@ local tag = meta.tag
 if failure ~= '' then
   redis.call('HSET', errors, id, failure)
 end
-local state = give_back(id, meta, now + delay_ms, give_up)
+local outcome = give_up and OUT_GAVE_UP or OUT_NACKED
+local state = give_back(id, meta, now + delay_ms, give_up, now, outcome, failure)
 if tag then
   redis.call('PUBLISH', slot_freed_channel, tag)
 end

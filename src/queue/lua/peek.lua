@@ -13,7 +13,8 @@
 -- Clock: Redis TIME.
 -- A run that returned a full run's worth of expired leases answers AGAIN and does
 -- nothing else (include/reclaim.lua); the store runs it again.
--- Returns 13 per task as include/push_row.lua's push_row(), receipts blanked.
+-- Returns 13 per task as include/push_row.lua's push_row(), receipts blanked; for
+-- 'task', then its delivery history (include/attempts.lua) and result ('' for none).
 --- @no-replica-wait
 --- @include "keys"
 --- @include "now_ms"
@@ -94,5 +95,9 @@ for n, id in ipairs(ids) do
     meta.receipt = nil
     push_row(out, id, meta, bodies[n], now, failures[n], progresses[n])
   end
+end
+if wanted == 'task' and #out > 0 then
+  out[#out + 1] = redis.call('HGET', attempts, ids[1]) or ''
+  out[#out + 1] = redis.call('HGET', results, ids[1]) or ''
 end
 return out

@@ -58,4 +58,5 @@ for _, n in ipairs(redis.call('HMGET', history, minute, minute - 1, minute - 2, 
 end
 return {ready, delayed, redis.call('ZCARD', inflight), redis.call('ZCARD', dead), oldest,
   next_due, dead_letters, cfg.paused == '1' and 1 or 0, number_of(cfg.max_in_flight),
-  number_of(cfg.group_max_in_flight), cfg.rate or '', cfg.group_rate or '', recent}
+  number_of(cfg.group_max_in_flight), cfg.rate or '', cfg.group_rate or '',
+  cfg.keep_completed or '', recent}

@@ -94,6 +94,8 @@ local function add(args, first, stride, now, channel, message)
       -- A replaced task is a new one: the old one's error does not follow it.
       redis.call('HDEL', errors, old[1])
       redis.call('HDEL', progress, old[1])
+      redis.call('HDEL', attempts, old[1])
+      redis.call('HDEL', results, old[1])
     end
     local seq = redis.call('INCRBY', enqueue_seq, #order) - #order
     local metas, bodies, members, r, added = {}, {}, {}, readying(), {}

@@ -78,7 +78,8 @@ local function dispatch_to(now, now_us, receipt_prefix, budget, args, first, las
       nw = nw + 2
       writes[nw - 1] = id
       writes[nw] = pack_fields(seq, due_at, enqueued_at, attempt, max_attempts, dedupe_ms,
-        size, stream.lease_end, IN_FLIGHT, receipt, stream.tag, stream.session, priority, group)
+        size, stream.lease_end, IN_FLIGHT, receipt, stream.tag, stream.session, priority, group,
+        now)
       leases[nw - 1] = stream.lease_end_score
       leases[nw] = due[n]
       entries[nw - 1] = '0'

@@ -59,6 +59,7 @@ local function ending()
       bulk('HDEL', payloads, gone)
       bulk('HDEL', errors, gone)
       bulk('HDEL', progress, gone)
+      bulk('HDEL', attempts, gone)
     end
     if #windows > 0 then
       bulk('ZADD', reserved, windows)

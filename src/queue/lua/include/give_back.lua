@@ -6,11 +6,15 @@
 --- @include "load"
 --- @include "group_state"
 --- @include "wait_again"
+--- @include "attempts"
+--- @include "announce"
 -- Back to pending at `due`, or DEAD when out of attempts or `dead_now` (counted in the
--- dead-letter counter). The caller ended its lease (ending().unlease). Returns the new
--- state. With group_max_in_flight 1 its group delivers it again before any other of
--- its tasks.
-local function give_back(id, meta, due, dead_now)
+-- dead-letter counter), the delivery recorded in its history as ending at `now` with
+-- `outcome` and `failure` (nil: none). The caller ended its lease (ending().unlease).
+-- Returns the new state; a DEAD task's waiters hear of it. With group_max_in_flight 1 its group delivers it again before
+-- any other of its tasks.
+local function give_back(id, meta, due, dead_now, now, outcome, failure)
+  record_attempt(id, meta, now, outcome, failure)
   meta.receipt = nil
   meta.lease_end = nil
   meta.tag = nil
@@ -36,13 +40,14 @@ local function give_back(id, meta, due, dead_now)
     return meta.state
   end
   store(id, meta)
+  announce(now, id, meta, 'dead')
   return meta.state
 end
 
--- As a lease expiry ends a delivery: its lease records go (through ends), and the task
--- is back at its original due time, or dead on its last attempt. True when it went
--- back to pending.
-local function expire_delivery(ends, id, meta)
+-- As a lease expiry (or a closed stream) ends a delivery at `now`: its lease records
+-- go (through ends), and the task is back at its original due time, or dead on its
+-- last attempt. True when it went back to pending.
+local function expire_delivery(ends, id, meta, now)
   ends.unlease(id, meta)
-  return give_back(id, meta, meta.due) == PENDING
+  return give_back(id, meta, meta.due, false, now, OUT_EXPIRED) == PENDING
 end

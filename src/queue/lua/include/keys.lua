@@ -34,10 +34,18 @@
 --                        with the task)
 --   progress     hash    id -> the latest progress a worker reported (ExtendLease; gone
 --                        with the task)
+--   attempts     hash    id -> its delivery history, packed as include/attempts.lua lays
+--                        it out (gone with the task)
+--   results      hash    id -> the bytes its Ack gave (kept COMPLETED tasks only)
+--   completed    zset    kept COMPLETED tasks: member "<seq>:<id>", score = when acked
+--   cancelled    zset    kept CANCELLED tasks: the same, score = when cancelled
+--   watched      zset    id -> until when a Wait (or Enqueue.wait) waits for it (Unix
+--                        ms): a task's end is published only when someone waits
 -- How many there are: a script given keys beyond them (fire.lua) counts from here.
-local QUEUE_KEY_COUNT = 19
+local QUEUE_KEY_COUNT = 24
 local pending, inflight, dead, tasks, payloads, reserved, enqueue_seq, leased, counters =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local config, ready, ranked, rotation, groups, wakeups, group_index, history =
   KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16], KEYS[17]
-local errors, progress = KEYS[18], KEYS[19]
+local errors, progress, attempts, results = KEYS[18], KEYS[19], KEYS[20], KEYS[21]
+local completed, cancelled, watched = KEYS[22], KEYS[23], KEYS[24]

@@ -5,10 +5,12 @@
 --- @include "bulk"
 --- @include "load"
 --- @include "receipt"
--- Takes a pending task out (the caller removes its pending member): attempt + 1.
-local function take(meta)
+-- Takes a pending task out at `now` (the caller removes its pending member): attempt
+-- + 1.
+local function take(meta, now)
   meta.attempt = meta.attempt + 1
   meta.state = IN_FLIGHT
+  meta.leased_at = now
 end
 
 -- Leases a taken task until lease_end; with a Subscribe tag, to that stream (its

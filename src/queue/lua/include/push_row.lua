@@ -27,6 +27,10 @@ local function push_row(out, id, meta, payload, now, last_error, said)
     state_name = 'in_flight'
   elseif meta.state == DEAD then
     state_name = 'dead'
+  elseif meta.state == COMPLETED then
+    state_name = 'completed'
+  elseif meta.state == CANCELLED then
+    state_name = 'cancelled'
   elseif meta.due > now then
     state_name = 'delayed'
   end

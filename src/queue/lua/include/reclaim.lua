@@ -1,12 +1,14 @@
--- reclaim.lua: expired leases go back (at their original due time) or die. Every
--- script that looks at a queue's states runs it first, so nothing after it ever sees
--- a lease that ran out as live.
+-- reclaim.lua: expired leases go back (at their original due time) or die, and kept
+-- ended tasks past their retention go (include/keep.lua). Every script that looks at a
+-- queue's states runs it first, so nothing after it ever sees a lease that ran out as
+-- live.
 --- @include "keys"
 --- @include "member"
 --- @include "bulk"
 --- @include "load"
 --- @include "ending"
 --- @include "give_back"
+--- @include "keep"
 -- The most expired leases one run returns: a few ms of work, so no run blocks Redis
 -- for long however many leases ran out at once.
 local RECLAIM_PER_RUN = 1000
@@ -22,7 +24,7 @@ local function reclaim(now)
     local id = id_of(entry)
     local meta = load(id)
     if meta then
-      expire_delivery(ends, id, meta)
+      expire_delivery(ends, id, meta, now)
     else
       orphans[#orphans + 1] = entry
     end
@@ -30,6 +32,11 @@ local function reclaim(now)
   ends.flush()
   if #orphans > 0 then
     bulk('ZREM', inflight, orphans)
+  end
+  -- Kept tasks past their age go even on a queue where nothing ends any more.
+  if keeping() then
+    prune(completed, now, 0)
+    prune(cancelled, now, 0)
   end
   return #expired == RECLAIM_PER_RUN
 end

@@ -1,4 +1,4 @@
--- unplace.lua: a waiting task taken out of wherever it waits (cancelled, replaced).
+-- unplace.lua: a waiting (or kept) task taken out of wherever it is (cancelled, replaced).
 --- @include "keys"
 --- @include "meta"
 --- @include "member"
@@ -10,6 +10,13 @@
 -- the caller tells the dispatchers (the group's next task may go now).
 local function unplace(id, meta)
   local entry = member_of(meta, id)
+  if meta.state == COMPLETED then
+    redis.call('ZREM', completed, entry)
+    return false
+  elseif meta.state == CANCELLED then
+    redis.call('ZREM', cancelled, entry)
+    return false
+  end
   redis.call('ZREM', pending, entry)
   redis.call('ZREM', dead, entry)
   if flow.on then

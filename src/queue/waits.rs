@@ -1,0 +1,244 @@
+//! Waiting for a task to be done (`Wait`, `Enqueue.wait`): `wait.lua` answers a task
+//! that is done and kept at once, else registers the wait in Redis; the script that
+//! ends the task (on any replica) publishes its end with the task in the message
+//! (`lua/include/announce.lua`), and this replica's waiters for it are answered from
+//! that message, so a waiter gets the result even when the queue keeps nothing. No
+//! polling: between messages a waiter sleeps until its timeout. When the pub/sub
+//! connection was made again (messages may have been lost), every waiter looks again.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, PoisonError, Weak},
+    time::Duration,
+};
+
+use redis::Value;
+use tokio::{
+    sync::{watch, Notify},
+    time::Instant,
+};
+
+use super::{replies, scripts::call, QueueStore, Task};
+use crate::{
+    error::{Error, Result},
+    redis::{events::EventSink, keys::Event},
+};
+
+/// What a wait came to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Waited {
+    /// The task is done: COMPLETED, DEAD or CANCELLED.
+    pub done: bool,
+    /// The task as it ended, or as it is when the wait ran out (none when the queue
+    /// does not hold it).
+    pub task: Option<Task>,
+}
+
+/// The tasks this replica's calls wait for, by (pending key, id).
+#[derive(Debug, Default)]
+pub struct TaskWaits {
+    tasks: Mutex<HashMap<(String, String), Weak<watch::Sender<Option<Task>>>>>,
+    /// Notified when the subscription was made again: every waiter looks again.
+    resubscribed: Notify,
+}
+
+/// One caller's hold on the end of one task: the sender stays registered while a
+/// caller holds it.
+struct Heard {
+    _sender: Arc<watch::Sender<Option<Task>>>,
+    receiver: watch::Receiver<Option<Task>>,
+}
+
+impl TaskWaits {
+    fn hear(&self, key: &str, id: &str) -> Heard {
+        let mut tasks = self.tasks.lock().unwrap_or_else(PoisonError::into_inner);
+        let slot = (key.to_owned(), id.to_owned());
+        let sender = match tasks.get(&slot).and_then(Weak::upgrade) {
+            Some(sender) => sender,
+            None => {
+                if tasks.len() >= 1024 {
+                    tasks.retain(|_, sender| sender.strong_count() > 0);
+                }
+                let sender = Arc::new(watch::channel(None).0);
+                tasks.insert(slot, Arc::downgrade(&sender));
+                sender
+            }
+        };
+        Heard {
+            receiver: sender.subscribe(),
+            _sender: sender,
+        }
+    }
+}
+
+impl EventSink for TaskWaits {
+    fn on_message(&self, _channel: &str, payload: &[u8]) {
+        let Some((key, task)) = decode_announcement(payload) else {
+            tracing::warn!("a task-done message that does not parse");
+            return;
+        };
+        let tasks = self.tasks.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(sender) = tasks.get(&(key, task.id.clone())).and_then(Weak::upgrade) {
+            sender.send_replace(Some(task));
+        }
+    }
+
+    fn on_subscribed(&self) {
+        self.resubscribed.notify_waiters();
+    }
+}
+
+/// `announce.lua`'s message: length-prefixed values, the pending key, then a task's
+/// row, history and result.
+fn decode_announcement(mut payload: &[u8]) -> Option<(String, Task)> {
+    let mut values = Vec::new();
+    while !payload.is_empty() {
+        let len = u32::from_le_bytes(payload.get(..4)?.try_into().ok()?) as usize;
+        values.push(Value::BulkString(payload.get(4..4 + len)?.to_vec()));
+        payload = &payload[4 + len..];
+    }
+    let key = match values.first()? {
+        Value::BulkString(key) => String::from_utf8(key.clone()).ok()?,
+        _ => return None,
+    };
+    let task = replies::task_with_story(&values[1..]).ok()??;
+    Some((key, task))
+}
+
+impl QueueStore {
+    /// Where task-done messages go: the waiting calls of this replica.
+    pub fn done_route(&self) -> crate::redis::events::Route {
+        self.redis.route(Event::TaskDone, self.waits.clone())
+    }
+
+    /// Waits up to `timeout` for task `id` to be done; a done task the queue keeps
+    /// answers at once. DEADLINE_EXCEEDED when `deadline` comes first.
+    pub async fn wait(
+        &self,
+        queue: &str,
+        id: &str,
+        timeout: Duration,
+        deadline: Option<Instant>,
+    ) -> Result<Waited> {
+        let (heard, first) = self.wait_start(queue, id, timeout, false).await?;
+        self.wait_rest(queue, id, timeout, deadline, heard, first)
+            .await
+    }
+
+    /// Registers a wait for `id` before the caller enqueues it (`Enqueue.wait`), so
+    /// that an end right after the enqueue is heard; [`WaitGuard::finish`] waits.
+    pub async fn wait_before_enqueue(
+        &self,
+        queue: &str,
+        id: &str,
+        timeout: Duration,
+    ) -> Result<WaitGuard> {
+        let (heard, _) = self.wait_start(queue, id, timeout, true).await?;
+        Ok(WaitGuard {
+            heard,
+            timeout,
+            started: Instant::now(),
+        })
+    }
+
+    async fn wait_start(
+        &self,
+        queue: &str,
+        id: &str,
+        timeout: Duration,
+        always: bool,
+    ) -> Result<(Heard, Waited)> {
+        // Heard before the script registers in Redis: an end published right after it
+        // finds this caller listening.
+        let heard = self.waits.hear(self.keys(queue).pending(), id);
+        let first = self.wait_script(queue, id, timeout, always).await?;
+        Ok((heard, first))
+    }
+
+    async fn wait_script(
+        &self,
+        queue: &str,
+        id: &str,
+        timeout: Duration,
+        always: bool,
+    ) -> Result<Waited> {
+        let keys = self.keys(queue);
+        let mut call = call(&self.scripts.wait, &keys);
+        call.arg(id)
+            .arg(timeout.as_millis() as u64)
+            .arg(self.redis.keys.channel(Event::TaskDone))
+            .arg(if always { "1" } else { "0" });
+        let reply: Vec<Value> = self.invoke_reclaiming(&call).await?;
+        let done = crate::redis::reply::int(&reply, 0)? == 1;
+        Ok(Waited {
+            done,
+            task: replies::task_with_story(&reply[1..])?,
+        })
+    }
+
+    async fn wait_rest(
+        &self,
+        queue: &str,
+        id: &str,
+        timeout: Duration,
+        deadline: Option<Instant>,
+        mut heard: Heard,
+        first: Waited,
+    ) -> Result<Waited> {
+        if first.done || timeout.is_zero() {
+            return Ok(first);
+        }
+        let until = Instant::now() + timeout;
+        loop {
+            let stop = deadline.map_or(until, |deadline| deadline.min(until));
+            tokio::select! {
+                changed = heard.receiver.changed() => {
+                    if changed.is_ok() {
+                        if let Some(task) = heard.receiver.borrow_and_update().clone() {
+                            return Ok(Waited { done: true, task: Some(task) });
+                        }
+                    }
+                }
+                () = self.waits.resubscribed.notified() => {
+                    let left = until.saturating_duration_since(Instant::now());
+                    let again = self.wait_script(queue, id, left, false).await?;
+                    if again.done {
+                        return Ok(again);
+                    }
+                }
+                () = tokio::time::sleep_until(stop) => {
+                    if stop < until {
+                        return Err(Error::DeadlineExceeded);
+                    }
+                    return Ok(Waited { done: false, task: self.task(queue, id).await? });
+                }
+            }
+        }
+    }
+}
+
+/// A wait registered before its task was enqueued (`Enqueue.wait`).
+pub struct WaitGuard {
+    heard: Heard,
+    timeout: Duration,
+    started: Instant,
+}
+
+impl WaitGuard {
+    /// Waits for the task the caller enqueued (or found enqueued), for what is left
+    /// of the timeout.
+    pub async fn finish(
+        self,
+        store: &QueueStore,
+        queue: &str,
+        id: &str,
+        deadline: Option<Instant>,
+    ) -> Result<Waited> {
+        // The task may have been done (and kept) before: look once, then wait.
+        let left = self.timeout.saturating_sub(self.started.elapsed());
+        let first = store.wait_script(queue, id, left, false).await?;
+        store
+            .wait_rest(queue, id, left, deadline, self.heard, first)
+            .await
+    }
+}

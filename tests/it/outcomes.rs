@@ -1,0 +1,471 @@
+//! Task outcomes (the contract's "Task outcomes" section): every way a delivery ends
+//! in the task's history, `GetTask`, kept COMPLETED and CANCELLED tasks with their
+//! results and their pruning, `Wait` and `Enqueue.wait` answered across replicas.
+
+use crate::common;
+
+use std::collections::HashMap;
+
+use common::{ms, unix_ms, wait_redis_time, TestResult, TestServer, TestStore};
+use tonic::{transport::Channel, Code};
+use turnstile::pb::{
+    queue_service_client::QueueServiceClient, subscribe_response::Event, AckRequest,
+    AttemptOutcome, CancelRequest, ConfigureQueueRequest, EnqueueRequest, EnqueueResult,
+    GetTaskRequest, LeaseRequest, NackRequest, Retention, StatsRequest, SubscribeRequest, Task,
+    TaskSpec, TaskState, WaitRequest,
+};
+
+type Queues = QueueServiceClient<Channel>;
+
+fn spec(id: &str, max_attempts: u32) -> TaskSpec {
+    TaskSpec {
+        id: id.into(),
+        payload: id.as_bytes().to_vec().into(),
+        max_attempts,
+        ..Default::default()
+    }
+}
+
+async fn enqueue(queues: &mut Queues, tasks: Vec<TaskSpec>) -> TestResult {
+    queues
+        .enqueue(EnqueueRequest {
+            queue: "q".into(),
+            tasks,
+            ..Default::default()
+        })
+        .await?;
+    Ok(())
+}
+
+async fn lease(
+    queues: &mut Queues,
+    visibility_ms: i64,
+    wait_ms: i64,
+) -> Result<Vec<Task>, tonic::Status> {
+    Ok(queues
+        .lease(LeaseRequest {
+            queue: "q".into(),
+            max_tasks: 10,
+            visibility: ms(visibility_ms),
+            wait: (wait_ms > 0).then(|| ms(wait_ms)).flatten(),
+            auto_ack: false,
+        })
+        .await?
+        .into_inner()
+        .tasks)
+}
+
+fn nack(receipt: &str, error: &str, give_up: bool) -> NackRequest {
+    NackRequest {
+        queue: "q".into(),
+        receipt: receipt.into(),
+        error: error.into(),
+        give_up,
+        ..Default::default()
+    }
+}
+
+async fn ack_with(
+    queues: &mut Queues,
+    receipt: &str,
+    result: &[u8],
+) -> Result<bool, tonic::Status> {
+    let acked = queues
+        .ack(AckRequest {
+            queue: "q".into(),
+            receipts: vec![receipt.into()],
+            results: HashMap::from([(receipt.to_owned(), result.to_vec())]),
+        })
+        .await?
+        .into_inner()
+        .acked;
+    Ok(acked == [true])
+}
+
+async fn get_task(queues: &mut Queues, id: &str) -> Result<Task, tonic::Status> {
+    Ok(queues
+        .get_task(GetTaskRequest {
+            queue: "q".into(),
+            id: id.into(),
+        })
+        .await?
+        .into_inner())
+}
+
+fn outcomes(task: &Task) -> Vec<(u32, AttemptOutcome, &str, &str)> {
+    task.history
+        .iter()
+        .map(|a| {
+            (
+                a.number,
+                a.outcome(),
+                a.worker_id.as_str(),
+                a.error.as_str(),
+            )
+        })
+        .collect()
+}
+
+async fn keep_completed(queues: &mut Queues, age_ms: i64, count: u32) -> TestResult {
+    queues
+        .configure_queue(ConfigureQueueRequest {
+            queue: "q".into(),
+            keep_completed: Some(Retention {
+                age: (age_ms > 0).then(|| ms(age_ms)).flatten(),
+                count,
+            }),
+            ..Default::default()
+        })
+        .await?;
+    Ok(())
+}
+
+on_each_store!(every_way_a_delivery_ends_is_in_the_task_s_history);
+async fn every_way_a_delivery_ends_is_in_the_task_s_history(redis: TestStore) -> TestResult {
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    enqueue(&mut queues, vec![spec("a", 4)]).await?;
+    // 1: nacked with a reason, by a Subscribe worker with a worker_id.
+    let mut stream = queues
+        .subscribe(SubscribeRequest {
+            queue: "q".into(),
+            max_in_flight: 1,
+            visibility: ms(60_000),
+            worker_id: "w-7".into(),
+        })
+        .await?
+        .into_inner();
+    let first = loop {
+        if let Some(Event::Task(task)) = stream.message().await?.and_then(|m| m.event) {
+            break task;
+        }
+    };
+    drop(stream);
+    queues
+        .nack(nack(&first.receipt, "disk full", false))
+        .await?;
+    // 2: its lease runs out (any script that looks at the queue ends it).
+    let second = lease(&mut queues, 100, 10_000).await?;
+    assert_eq!(second[0].attempt, 2);
+    assert_eq!(second[0].last_error, "disk full");
+    wait_redis_time(
+        &redis.conn().await,
+        unix_ms(&second[0].lease_expires_at) + 1,
+    )
+    .await;
+    // 3: given up: DEAD at once, with one attempt left.
+    let third = lease(&mut queues, 60_000, 10_000).await?;
+    assert_eq!(third[0].attempt, 3);
+    let dead = queues
+        .nack(nack(&third[0].receipt, "bad input", true))
+        .await?
+        .into_inner();
+    assert!(dead.dead);
+    let task = get_task(&mut queues, "a").await?;
+    assert_eq!(task.state(), TaskState::Dead);
+    assert_eq!(task.last_error, "bad input");
+    assert_eq!(task.payload.as_ref(), b"a");
+    assert_eq!(
+        outcomes(&task),
+        [
+            (1, AttemptOutcome::Nacked, "w-7", "disk full"),
+            (2, AttemptOutcome::Expired, "", ""),
+            (3, AttemptOutcome::GaveUp, "", "bad input"),
+        ]
+    );
+    for attempt in &task.history {
+        let (leased, ended) = (unix_ms(&attempt.leased_at), unix_ms(&attempt.ended_at));
+        assert!(leased > 0 && leased <= ended, "{attempt:?}");
+    }
+    assert_eq!(
+        unix_ms(&task.history[1].ended_at).max(unix_ms(&second[0].lease_expires_at)),
+        unix_ms(&task.history[1].ended_at),
+        "an expiry ends the delivery no earlier than its lease end"
+    );
+    // An id the queue does not hold: NOT_FOUND.
+    let unknown = get_task(&mut queues, "nope").await.unwrap_err();
+    assert_eq!(unknown.code(), Code::NotFound);
+    Ok(())
+}
+
+on_each_store!(the_last_five_errors_stay_whole_and_older_ones_are_cut);
+async fn the_last_five_errors_stay_whole_and_older_ones_are_cut(redis: TestStore) -> TestResult {
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    enqueue(&mut queues, vec![spec("a", 7)]).await?;
+    let long = |n: usize| format!("{n}:{}", "x".repeat(1000));
+    for n in 1..=7 {
+        let task = lease(&mut queues, 60_000, 10_000).await?;
+        queues.nack(nack(&task[0].receipt, &long(n), false)).await?;
+    }
+    let task = get_task(&mut queues, "a").await?;
+    assert_eq!(task.state(), TaskState::Dead);
+    assert_eq!(task.history.len(), 7);
+    for (at, attempt) in task.history.iter().enumerate() {
+        if at < 2 {
+            assert!(attempt.error.ends_with("…[cut]"), "{}", attempt.error);
+            assert!(attempt.error.len() <= 200 + "…[cut]".len());
+            assert!(attempt.error.starts_with(&format!("{}:xx", at + 1)));
+        } else {
+            assert_eq!(attempt.error, long(at + 1));
+        }
+    }
+    Ok(())
+}
+
+on_each_store!(a_kept_task_keeps_its_result_and_history_and_goes_by_count_and_by_age);
+async fn a_kept_task_keeps_its_result_and_history_and_goes_by_count_and_by_age(
+    redis: TestStore,
+) -> TestResult {
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    // Without keep_completed an acked task is gone, as before.
+    enqueue(&mut queues, vec![spec("gone", 0)]).await?;
+    let task = lease(&mut queues, 60_000, 10_000).await?;
+    assert!(ack_with(&mut queues, &task[0].receipt, b"r").await?);
+    assert_eq!(
+        get_task(&mut queues, "gone").await.unwrap_err().code(),
+        Code::NotFound
+    );
+    // Keep the newest two.
+    keep_completed(&mut queues, 0, 2).await?;
+    for id in ["a", "b", "c"] {
+        enqueue(&mut queues, vec![spec(id, 0)]).await?;
+        let task = lease(&mut queues, 60_000, 10_000).await?;
+        assert!(ack_with(&mut queues, &task[0].receipt, format!("{id}!").as_bytes()).await?);
+    }
+    assert_eq!(
+        get_task(&mut queues, "a").await.unwrap_err().code(),
+        Code::NotFound
+    );
+    for id in ["b", "c"] {
+        let task = get_task(&mut queues, id).await?;
+        assert_eq!(task.state(), TaskState::Completed);
+        assert_eq!(task.result, format!("{id}!").as_bytes());
+        assert_eq!(outcomes(&task), [(1, AttemptOutcome::Acked, "", "")]);
+    }
+    // A kept id is a duplicate, as a task in the queue is.
+    let again = queues
+        .enqueue(EnqueueRequest {
+            queue: "q".into(),
+            tasks: vec![spec("c", 0)],
+            ..Default::default()
+        })
+        .await?
+        .into_inner()
+        .results;
+    assert!(!again[0].created);
+    // A cancelled waiting task is kept as CANCELLED; kept tasks count in no depth.
+    enqueue(&mut queues, vec![spec("x", 0)]).await?;
+    queues
+        .cancel(CancelRequest {
+            queue: "q".into(),
+            ids: vec!["x".into()],
+        })
+        .await?;
+    assert_eq!(
+        get_task(&mut queues, "x").await?.state(),
+        TaskState::Cancelled
+    );
+    let stats = queues
+        .stats(StatsRequest { queue: "q".into() })
+        .await?
+        .into_inner();
+    assert_eq!(
+        (stats.ready, stats.delayed, stats.in_flight, stats.dead),
+        (0, 0, 0, 0)
+    );
+    // By age: gone once older than it, even with nothing else ending.
+    keep_completed(&mut queues, 300, 0).await?;
+    enqueue(&mut queues, vec![spec("d", 0)]).await?;
+    let task = lease(&mut queues, 60_000, 10_000).await?;
+    ack_with(&mut queues, &task[0].receipt, b"d!").await?;
+    let acked_at = unix_ms(&get_task(&mut queues, "d").await?.history[0].ended_at);
+    wait_redis_time(&redis.conn().await, acked_at + 301).await;
+    for id in ["b", "c", "d", "x"] {
+        assert_eq!(
+            get_task(&mut queues, id).await.unwrap_err().code(),
+            Code::NotFound,
+            "{id}"
+        );
+    }
+    Ok(())
+}
+
+on_each_store!(enqueue_wait_is_a_remote_call_that_outlives_a_crashed_worker_across_replicas);
+async fn enqueue_wait_is_a_remote_call_that_outlives_a_crashed_worker_across_replicas(
+    redis: TestStore,
+) -> TestResult {
+    let (caller, worker) = (
+        TestServer::start(&redis).await,
+        TestServer::start(&redis).await,
+    );
+    let mut callers = caller.queues().await;
+    let call = |mut queues: Queues| async move {
+        let results: Vec<EnqueueResult> = queues
+            .enqueue(EnqueueRequest {
+                queue: "q".into(),
+                tasks: vec![spec("call-1", 0)],
+                wait: ms(60_000),
+            })
+            .await?
+            .into_inner()
+            .results;
+        Ok::<_, tonic::Status>(results.into_iter().next().unwrap())
+    };
+    let first = tokio::spawn(call(callers.clone()));
+    // The worker, on the other replica, takes it and dies without an answer.
+    let mut workers = worker.queues().await;
+    let crashed = lease(&mut workers, 100, 30_000).await?;
+    assert_eq!(crashed[0].id, "call-1");
+    // A retried call (same id) joins the first one's task.
+    let second = tokio::spawn(call(callers.clone()));
+    // Its next delivery answers.
+    let answered = lease(&mut workers, 60_000, 30_000).await?;
+    assert_eq!(answered[0].attempt, 2);
+    assert!(ack_with(&mut workers, &answered[0].receipt, b"42").await?);
+    for result in [first.await??, second.await??] {
+        assert!(result.done);
+        let task = result.task.unwrap();
+        assert_eq!(task.state(), TaskState::Completed);
+        assert_eq!(task.result, b"42");
+        assert_eq!(
+            outcomes(&task),
+            [
+                (1, AttemptOutcome::Expired, "", ""),
+                (2, AttemptOutcome::Acked, "", "")
+            ]
+        );
+    }
+    // Nothing was kept: the task is gone.
+    assert_eq!(
+        get_task(&mut callers, "call-1").await.unwrap_err().code(),
+        Code::NotFound
+    );
+    Ok(())
+}
+
+on_each_store!(wait_answers_a_dead_task_a_kept_one_at_once_and_a_timeout_with_done_false);
+async fn wait_answers_a_dead_task_a_kept_one_at_once_and_a_timeout_with_done_false(
+    redis: TestStore,
+) -> TestResult {
+    let (one, two) = (
+        TestServer::start(&redis).await,
+        TestServer::start(&redis).await,
+    );
+    let (mut here, mut there) = (one.queues().await, two.queues().await);
+    let wait = |id: &str, timeout_ms: i64| WaitRequest {
+        queue: "q".into(),
+        id: id.into(),
+        timeout: ms(timeout_ms),
+    };
+    // An id never enqueued: done false once the timeout passes, no task.
+    let nothing = here.wait(wait("never", 200)).await?.into_inner();
+    assert!(!nothing.done && nothing.task.is_none());
+    // A waiting task: done false, the task as it is.
+    enqueue(&mut here, vec![spec("later", 0)]).await?;
+    let waiting = here.wait(wait("later", 100)).await?.into_inner();
+    assert!(!waiting.done);
+    assert_eq!(waiting.task.unwrap().state(), TaskState::Ready);
+    // Given up on the other replica: the waiter hears of it.
+    enqueue(&mut here, vec![spec("doomed", 0)]).await?;
+    let mut waiter = here.clone();
+    let dead = tokio::spawn(async move { waiter.wait(wait("doomed", 60_000)).await });
+    let leased = lease(&mut there, 60_000, 10_000).await?;
+    let doomed = leased.iter().find(|t| t.id == "doomed").unwrap();
+    // The waiter must be registered before the task ends: the stream of its wait is
+    // open once its registration is in Redis (the watched zset).
+    let watched = redis.key("queue:{q}:watched");
+    common::eventually("the wait registered", common::WAIT, || {
+        let (conn, watched) = (redis.conn(), watched.clone());
+        async move {
+            let score: Option<f64> = redis::cmd("ZSCORE")
+                .arg(&watched)
+                .arg("doomed")
+                .query_async(&mut conn.await)
+                .await
+                .unwrap_or(None);
+            score.is_some()
+        }
+    })
+    .await;
+    there.nack(nack(&doomed.receipt, "no", true)).await?;
+    let dead = dead.await??.into_inner();
+    assert!(dead.done);
+    let task = dead.task.unwrap();
+    assert_eq!(task.state(), TaskState::Dead);
+    assert_eq!(task.last_error, "no");
+    // A done task that is kept answers at once.
+    keep_completed(&mut here, 0, 10).await?;
+    enqueue(&mut here, vec![spec("kept", 0)]).await?;
+    let leased = lease(&mut there, 60_000, 10_000).await?;
+    let kept = leased.iter().find(|t| t.id == "kept").unwrap();
+    ack_with(&mut there, &kept.receipt, b"ok").await?;
+    let answer = here.wait(wait("kept", 3_600_000)).await?.into_inner();
+    assert!(answer.done);
+    assert_eq!(answer.task.unwrap().result, b"ok");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outcome_fields_refuse_bad_values_naming_the_field() -> TestResult {
+    let redis = common::TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    let refused = |status: tonic::Status, field: &str| {
+        assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+        assert!(status.message().contains(field), "{status:?}");
+    };
+    enqueue(&mut queues, vec![spec("a", 0)]).await?;
+    let task = lease(&mut queues, 60_000, 10_000).await?;
+    let big = queues
+        .ack(AckRequest {
+            queue: "q".into(),
+            receipts: vec![task[0].receipt.clone()],
+            results: HashMap::from([(task[0].receipt.clone(), vec![0; 64 * 1024 + 1])]),
+        })
+        .await
+        .unwrap_err();
+    refused(big, "results");
+    let two = queues
+        .enqueue(EnqueueRequest {
+            queue: "q".into(),
+            tasks: vec![spec("b", 0), spec("c", 0)],
+            wait: ms(1000),
+        })
+        .await
+        .unwrap_err();
+    refused(two, "wait");
+    let count = queues
+        .configure_queue(ConfigureQueueRequest {
+            queue: "q".into(),
+            keep_completed: Some(Retention {
+                age: None,
+                count: 1_000_001,
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    refused(count, "keep_completed.count");
+    let long = queues
+        .wait(WaitRequest {
+            queue: "q".into(),
+            id: "a".into(),
+            timeout: ms(3_600_001),
+        })
+        .await
+        .unwrap_err();
+    refused(long, "timeout");
+    let no_id = queues
+        .get_task(GetTaskRequest {
+            queue: "q".into(),
+            id: String::new(),
+        })
+        .await
+        .unwrap_err();
+    refused(no_id, "id");
+    // The result of a receipt that went is refused, never stored: the ack did nothing.
+    assert!(get_task(&mut queues, "a").await?.state() == TaskState::InFlight);
+    Ok(())
+}
