@@ -50,6 +50,10 @@ pub struct EnqueueArgs {
     /// schedule (a DELAYED, READY or DEAD task).
     #[arg(long, value_enum, default_value_t = OnDuplicate::Keep)]
     pub on_duplicate: OnDuplicate,
+    /// Wait this long (at most 1h) for the task to be done and print its result, as
+    /// `turnstile wait` does (exit 0 completed, 1 dead, 3 cancelled, 4 not done).
+    #[arg(long, value_parser = parse_duration)]
+    pub wait: Option<Duration>,
     #[command(flatten)]
     pub client: ClientArgs,
 }
@@ -105,7 +109,11 @@ pub async fn enqueue(args: EnqueueArgs) -> Outcome {
                     OnDuplicate::Replace => pb::DuplicatePolicy::Replace,
                 } as i32,
             }],
-            ..Default::default()
+            wait: args
+                .wait
+                .map(prost_types::Duration::try_from)
+                .transpose()
+                .map_err(|_| Failure::other("--wait: too long"))?,
         })
         .await?
         .into_inner();
@@ -114,6 +122,9 @@ pub async fn enqueue(args: EnqueueArgs) -> Outcome {
         .into_iter()
         .next()
         .ok_or_else(|| Failure::other("the server answered no result"))?;
+    if args.wait.is_some() {
+        return super::tasks::ended(result.done, result.task.as_ref(), args.client.json);
+    }
     if args.client.json {
         println!(
             "{}",

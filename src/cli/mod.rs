@@ -8,7 +8,8 @@
 //! - [`lock`], [`semaphore`] and [`work`]: run a command under a lock or a semaphore's
 //!   permits, or once per task; [`watch`]: print a lock's changes; [`locks`]: list the
 //!   held locks.
-//! - [`admin`]: `enqueue`, `stats`, `peek`, `cancel`, `redrive`.
+//! - [`admin`]: `enqueue`, `stats`, `peek`, `cancel`, `redrive`; [`tasks`]: `task`,
+//!   `wait` (and how `enqueue --wait` ends).
 //! - [`flow`]: `queues`, `pause`, `resume`, `limit`.
 //! - [`schedule`]: `schedule put/ls/rm/pause/resume/trigger`.
 //! - [`client`] (flags, connection, errors), [`output`] (tables, JSON, RFC 3339) and
@@ -24,6 +25,7 @@ pub mod output;
 pub mod run;
 pub mod schedule;
 pub mod semaphore;
+pub mod tasks;
 pub mod watch;
 pub mod work;
 
@@ -55,6 +57,11 @@ pub enum ClientCommand {
     Peek(admin::PeekArgs),
     /// Remove tasks that are not in flight; prints the ids removed.
     Cancel(admin::CancelArgs),
+    /// One task and its delivery history (why it failed, who had it, when).
+    Task(tasks::TaskArgs),
+    /// Wait until a task is done; its result on stdout (exit 0 completed, 1 dead, 3
+    /// cancelled, 4 not done within --timeout).
+    Wait(tasks::WaitArgs),
     /// Bring DEAD tasks back to READY (all of them without ids); prints how many.
     Redrive(admin::RedriveArgs),
     /// Every queue of the tenant with its depths and config.
@@ -84,6 +91,8 @@ impl ClientCommand {
             ClientCommand::Stats(args) => admin::stats(args).await,
             ClientCommand::Peek(args) => admin::peek(args).await,
             ClientCommand::Cancel(args) => admin::cancel(args).await,
+            ClientCommand::Task(args) => tasks::task(args).await,
+            ClientCommand::Wait(args) => tasks::wait(args).await,
             ClientCommand::Redrive(args) => admin::redrive(args).await,
             ClientCommand::Queues(args) => flow::queues(args).await,
             ClientCommand::Pause(args) => flow::pause(args, true).await,

@@ -1,7 +1,9 @@
 //! A task's page (`/task?queue=…&id=…&view=text|json|hex`): its state, group, priority,
-//! attempts, due, enqueue and lease times, and its payload as text, pretty JSON or a hex
-//! dump, at most [`PAYLOAD_SHOWN`] bytes of it, always escaped. An admin also gets the
-//! task's actions (redrive when DEAD, cancel when not in flight).
+//! attempts, due, enqueue and lease times, its last error, progress and result, its
+//! delivery history (who had it, when, how each delivery ended and why), and its
+//! payload as text, pretty JSON or a hex dump, at most [`PAYLOAD_SHOWN`] bytes of it,
+//! always escaped. An admin also gets the task's actions (redrive when DEAD, cancel
+//! when not in flight).
 
 use std::{fmt::Write, sync::Arc};
 
@@ -21,6 +23,7 @@ use super::{
 use crate::{
     auth::Viewer,
     error::{Error, Result},
+    queue::{Attempt, Outcome, TaskState},
     redis::TenantScoped,
     validate,
 };
@@ -75,7 +78,14 @@ async fn render(dashboard: &Dashboard, viewer: Viewer, query: &TaskQuery) -> Res
     let state = STATES
         .iter()
         .find(|(_, state, _)| *state == task.state)
-        .map_or("", |(_, _, heading)| heading);
+        .map_or(
+            match task.state {
+                TaskState::Completed => "Completed",
+                TaskState::Cancelled => "Cancelled",
+                _ => "",
+            },
+            |(_, _, heading)| heading,
+        );
     let mut main = format!(
         "<p><a href=\"/queue?name={}\">← queue {}</a></p>\n<h1>Task <span class=\"name\">{}</span></h1>\n",
         UrlPart(queue),
@@ -109,6 +119,19 @@ async fn render(dashboard: &Dashboard, viewer: Viewer, query: &TaskQuery) -> Res
             "<h2>Last error</h2>\n<pre class=\"error\">{}</pre>\n",
             esc(&task.last_error)
         );
+    }
+    for (heading, bytes) in [("Progress", &task.progress), ("Result", &task.result)] {
+        if !bytes.is_empty() {
+            let shown = &bytes[..bytes.len().min(PAYLOAD_SHOWN)];
+            let _ = write!(
+                main,
+                "<h2>{heading}</h2>\n<pre class=\"payload-full\">{}</pre>\n",
+                esc(&String::from_utf8_lossy(shown))
+            );
+        }
+    }
+    if !task.history.is_empty() {
+        main.push_str(&history_table(&task.history));
     }
     if viewer.admin {
         main.push_str(&actions::task_controls(queue, id, task.state));
@@ -146,6 +169,36 @@ async fn render(dashboard: &Dashboard, viewer: Viewer, query: &TaskQuery) -> Res
     };
     let _ = writeln!(main, "<pre class=\"payload-full\">{}</pre>", esc(&body));
     Ok(main)
+}
+
+/// The deliveries that ended, oldest first: number, how it ended, the worker, when it
+/// was leased and ended, and its error.
+fn history_table(history: &[Attempt]) -> String {
+    let mut out = String::from(
+        "<h2>History</h2>\n<table class=\"history\">\n<thead><tr><th>Attempt</th><th>Outcome</th>\
+         <th>Worker</th><th>Leased</th><th>Ended</th><th>Error</th></tr></thead>\n<tbody>\n",
+    );
+    for attempt in history {
+        let outcome = match attempt.outcome {
+            Outcome::Acked => "Acked",
+            Outcome::Nacked => "Nacked",
+            Outcome::Expired => "Expired",
+            Outcome::GaveUp => "Gave up",
+            Outcome::Cancelled => "Cancelled",
+        };
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td>{outcome}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td><pre class=\"error\">{}</pre></td></tr>",
+            attempt.number,
+            esc(&attempt.worker_id),
+            instant((attempt.leased_at_ms > 0).then_some(attempt.leased_at_ms)),
+            instant(Some(attempt.ended_at_ms)),
+            esc(&attempt.error),
+        );
+    }
+    out.push_str("</tbody>\n</table>\n");
+    out
 }
 
 /// The payload as indented JSON, when it is JSON.

@@ -1214,3 +1214,101 @@ async fn work_sends_the_end_of_a_failed_command_s_stderr_as_the_task_s_last_erro
     assert!(tokio::time::timeout(WAIT, child.wait()).await??.success());
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enqueue_wait_prints_the_worker_s_result_and_wait_and_task_tell_the_story() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    // A remote call: the worker answers the one delivery it is given.
+    let call = tokio::spawn(
+        cli(&server)
+            .args(["enqueue", "jobs", "--id", "j-1", "--wait", "30s", "{\"n\": 6}"])
+            .output(),
+    );
+    let leased = loop {
+        let tasks = queues
+            .lease(pb::LeaseRequest {
+                queue: "jobs".into(),
+                max_tasks: 1,
+                visibility: ms(60_000),
+                wait: ms(10_000),
+                auto_ack: false,
+            })
+            .await?
+            .into_inner()
+            .tasks;
+        if let Some(task) = tasks.into_iter().next() {
+            break task;
+        }
+    };
+    assert_eq!(leased.payload.as_ref(), b"{\"n\": 6}");
+    queues
+        .ack(pb::AckRequest {
+            queue: "jobs".into(),
+            receipts: vec![leased.receipt.clone()],
+            results: [(leased.receipt.clone(), b"36".to_vec())].into(),
+        })
+        .await?;
+    let out = call.await??;
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(out.stdout, b"36");
+    // A task given up: `wait` exits 1 and says why; `task` prints the history.
+    enqueue(&server, "jobs", vec![task("j-2", "x")]).await?;
+    let leased = peek_lease(&mut queues).await?;
+    queues
+        .nack(pb::NackRequest {
+            queue: "jobs".into(),
+            receipt: leased.receipt,
+            error: "no such file".into(),
+            give_up: true,
+            ..Default::default()
+        })
+        .await?;
+    let (status, _, err) = output(cli(&server).args(["wait", "jobs", "j-2", "--timeout", "5s"])).await;
+    assert_eq!(status.code(), Some(1));
+    assert!(err.contains("no such file"), "{err}");
+    let (status, out, _) = output(cli(&server).args(["task", "jobs", "j-2"])).await;
+    assert!(status.success());
+    assert!(out.contains("DEAD") && out.contains("GAVE_UP") && out.contains("no such file"), "{out}");
+    let (_, out, _) = output(cli(&server).args(["task", "jobs", "j-2", "--json"])).await;
+    assert_eq!(json(out.trim())["history"][0]["outcome"], "GAVE_UP");
+    // Not done within the timeout: exit 4.
+    enqueue(&server, "jobs", vec![task("j-3", "x")]).await?;
+    let (status, _, _) =
+        output(cli(&server).args(["wait", "jobs", "j-3", "--timeout", "100ms"])).await;
+    assert_eq!(status.code(), Some(4));
+    // Cancelled (and kept, so a wait after the fact sees it): exit 3.
+    queues
+        .configure_queue(pb::ConfigureQueueRequest {
+            queue: "jobs".into(),
+            keep_completed: Some(pb::Retention {
+                age: None,
+                count: 10,
+            }),
+            ..Default::default()
+        })
+        .await?;
+    output(cli(&server).args(["cancel", "jobs", "j-3"])).await;
+    let (status, _, _) = output(cli(&server).args(["wait", "jobs", "j-3", "--timeout", "5s"])).await;
+    assert_eq!(status.code(), Some(3));
+    Ok(())
+}
+
+/// Leases the one READY task of `jobs`.
+async fn peek_lease(
+    queues: &mut pb::queue_service_client::QueueServiceClient<tonic::transport::Channel>,
+) -> Result<pb::Task, tonic::Status> {
+    let tasks = queues
+        .lease(pb::LeaseRequest {
+            queue: "jobs".into(),
+            max_tasks: 1,
+            visibility: ms(60_000),
+            wait: ms(10_000),
+            auto_ack: false,
+        })
+        .await?
+        .into_inner()
+        .tasks;
+    Ok(tasks.into_iter().next().expect("a task"))
+}

@@ -665,6 +665,13 @@ async fn a_queue_page_shows_its_tasks_by_state_its_groups_and_payloads_as_text()
         "{}",
         task_page.body
     );
+    // Its history: the one delivery, nacked, with its error escaped.
+    let attempt = row(&task_page.body, "1").expect("the history's first attempt");
+    assert_eq!(attempt[1], "Nacked");
+    assert_eq!(
+        attempt[5],
+        "&lt;b&gt;quota&lt;/b&gt; exceeded\n  at send (mail.rs:12)"
+    );
     assert!(row(&dead.body, "a1").is_none());
     // A name that is not one: 400 naming it.
     let bad = get(addr, "/queue?name=", None).await;
