@@ -365,9 +365,13 @@ pub async fn peek(args: PeekArgs) -> Outcome {
 pub struct CancelArgs {
     /// The queue.
     pub queue: String,
-    /// The tasks to remove (not in flight).
+    /// The tasks to remove (not in flight, unless --running).
     #[arg(required = true)]
     pub ids: Vec<String>,
+    /// Cancel tasks in flight too: their workers are told to stop, and they end as
+    /// CANCELLED.
+    #[arg(long)]
+    pub running: bool,
     #[command(flatten)]
     pub client: ClientArgs,
 }
@@ -379,6 +383,7 @@ pub async fn cancel(args: CancelArgs) -> Outcome {
         .cancel(pb::CancelRequest {
             queue: args.queue,
             ids: args.ids,
+            running: args.running,
         })
         .await?
         .into_inner()

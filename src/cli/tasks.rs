@@ -47,7 +47,11 @@ fn state_name(state: i32) -> String {
 
 fn outcome_name(outcome: i32) -> String {
     pb::AttemptOutcome::try_from(outcome)
-        .map(|o| o.as_str_name().trim_start_matches("ATTEMPT_OUTCOME_").to_owned())
+        .map(|o| {
+            o.as_str_name()
+                .trim_start_matches("ATTEMPT_OUTCOME_")
+                .to_owned()
+        })
         .unwrap_or_else(|_| outcome.to_string())
 }
 
@@ -102,7 +106,14 @@ pub async fn task(args: TaskArgs) -> Outcome {
             .collect();
         out.push('\n');
         out.push_str(&table(
-            &["ATTEMPT", "OUTCOME", "WORKER", "LEASED_AT", "ENDED_AT", "ERROR"],
+            &[
+                "ATTEMPT",
+                "OUTCOME",
+                "WORKER",
+                "LEASED_AT",
+                "ENDED_AT",
+                "ERROR",
+            ],
             &rows,
         ));
     }

@@ -208,9 +208,28 @@ impl Queue {
         &self,
         ids: impl IntoIterator<Item = S>,
     ) -> Result<Vec<String>> {
+        self.cancel_request(ids, false).await
+    }
+
+    /// Cancels these tasks, those in flight too: a running task's worker is told (its
+    /// handler's cancellation fires), and its delivery ends it as CANCELLED; the ids
+    /// cancelled or marked.
+    pub async fn cancel_running<S: Into<String>>(
+        &self,
+        ids: impl IntoIterator<Item = S>,
+    ) -> Result<Vec<String>> {
+        self.cancel_request(ids, true).await
+    }
+
+    async fn cancel_request<S: Into<String>>(
+        &self,
+        ids: impl IntoIterator<Item = S>,
+        running: bool,
+    ) -> Result<Vec<String>> {
         let request = pb::CancelRequest {
             queue: self.name.clone(),
             ids: ids.into_iter().map(Into::into).collect(),
+            running,
         };
         Ok(call!(None, self.client.raw_queues(), cancel, request)
             .await?

@@ -18,10 +18,11 @@ use crate::{
     limits::MAX_WAIT,
     method::Method,
     queue::{
-        scheduler::Scheduler, subscribe::SubscribeSpec, Attempt, Failure, LeaseSpec, Nacked,
-        NewTask, Outcome, QueueStore, Schedule, Task, TaskState, DEFAULT_MAX_ATTEMPTS,
-        DEFAULT_VISIBILITY, MAX_BATCH, MAX_DURATION, MAX_PAYLOAD_BYTES, MAX_PROGRESS_BYTES,
-        MAX_RESULT_BYTES, MAX_TASKS,
+        scheduler::Scheduler,
+        subscribe::{Pushed, SubscribeSpec},
+        Attempt, Failure, LeaseSpec, Nacked, NewTask, Outcome, QueueStore, Schedule, Task,
+        TaskState, DEFAULT_MAX_ATTEMPTS, DEFAULT_VISIBILITY, MAX_BATCH, MAX_DURATION,
+        MAX_PAYLOAD_BYTES, MAX_PROGRESS_BYTES, MAX_RESULT_BYTES, MAX_TASKS,
     },
     redis::TenantScoped,
     time::{now_ms, timestamp_from_ms},
@@ -400,7 +401,8 @@ impl QueueService for QueueApi {
                     .await?;
                 Ok(pb::ExtendLeaseResponse {
                     extended: until.is_some(),
-                    lease_expires_at: until.map(timestamp_from_ms),
+                    lease_expires_at: until.map(|(until, _)| timestamp_from_ms(until)),
+                    cancelled: until.is_some_and(|(_, cancelled)| cancelled),
                 })
             },
         )
@@ -510,7 +512,7 @@ impl QueueService for QueueApi {
             let cancelled = self
                 .store
                 .tenant(&call.tenant)
-                .cancel(queue, &r.ids)
+                .cancel(queue, &r.ids, r.running)
                 .await?;
             Ok(pb::CancelResponse { cancelled })
         })
@@ -705,14 +707,21 @@ impl QueueService for QueueApi {
             };
             let deliveries = self.scheduler.subscribe(&call.tenant, queue, spec)?;
             let (metrics, tenant, queue) = (call.metrics, call.tenant, queue.to_owned());
-            Ok(deliveries.map(move |task| {
-                task.map(|task| {
-                    metrics.delivered(&tenant, &queue, std::iter::once(task.attempt));
-                    let late = now_ms() - task.due_at_ms;
-                    metrics.pushed(Duration::from_millis(late.max(0) as u64));
-                    pb::SubscribeResponse {
-                        event: Some(pb::subscribe_response::Event::Task(task_message(task))),
+            Ok(deliveries.map(move |pushed| {
+                pushed.map(|pushed| match pushed {
+                    Pushed::Task(task) => {
+                        metrics.delivered(&tenant, &queue, std::iter::once(task.attempt));
+                        let late = now_ms() - task.due_at_ms;
+                        metrics.pushed(Duration::from_millis(late.max(0) as u64));
+                        pb::SubscribeResponse {
+                            event: Some(pb::subscribe_response::Event::Task(task_message(task))),
+                        }
                     }
+                    Pushed::Cancelled { id, receipt } => pb::SubscribeResponse {
+                        event: Some(pb::subscribe_response::Event::Cancelled(
+                            pb::TaskCancelled { id, receipt },
+                        )),
+                    },
                 })
             }))
         })

@@ -121,6 +121,8 @@ pub struct QueueDepths {
     pub dead_letters: u64,
     /// The queue is paused (flow control).
     pub paused: bool,
+    /// Deliveries that ended, by outcome name (counters kept in Redis).
+    pub outcomes: [(&'static str, u64); 5],
 }
 
 /// Where a scrape reads queue depths: implemented by the queue layer, which
@@ -689,6 +691,18 @@ impl Metrics {
             depths
                 .iter()
                 .map(|(labels, read)| (labels.clone(), read.dead_letters)),
+        );
+        write_family(
+            &mut out,
+            (
+                "turnstile_task_outcomes_total",
+                Kind::Counter,
+                "Deliveries that ended, by queue and outcome (kept in Redis: the same on every replica).",
+            ),
+            depths.iter().flat_map(|(labels, read)| {
+                read.outcomes
+                    .map(|(outcome, count)| (format!("{labels},outcome=\"{outcome}\""), count))
+            }),
         );
         write_family(
             &mut out,

@@ -13,7 +13,10 @@ use tokio::{
     time::Instant,
 };
 
-use super::{subscribe::Delivery, Dispatched, QueueStore, StreamSlots};
+use super::{
+    subscribe::{Delivery, Pushed},
+    Dispatched, QueueStore, StreamSlots,
+};
 use crate::{
     error::{Error, Result},
     time::until_ms_from,
@@ -102,6 +105,19 @@ pub(super) fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Feed {
     pub(super) fn members(&self) -> MutexGuard<'_, Members> {
         locked(&self.members)
+    }
+
+    /// Tells this replica's streams of `tag` that a task they run was cancelled
+    /// (`Cancel.running`).
+    pub(super) fn cancelled(&self, tag: &str, id: &str, receipt: &str) {
+        for member in self.members().streams.iter() {
+            if member.slots.tag == tag {
+                let _ = member.tx.send(Box::new(Ok(Pushed::Cancelled {
+                    id: id.to_owned(),
+                    receipt: receipt.to_owned(),
+                })));
+            }
+        }
     }
 
     /// Marks streams as maybe having free slots (all of them with `None`) and wakes
@@ -238,7 +254,7 @@ impl Feed {
             if let Some(member) = members.streams.iter_mut().find(|m| m.id == id) {
                 member.attached = true;
                 for task in tasks {
-                    let _ = member.tx.send(Box::new(Ok(task)));
+                    let _ = member.tx.send(Box::new(Ok(Pushed::Task(task))));
                 }
             }
         }
@@ -281,7 +297,7 @@ impl Feed {
                 // A failed send means the stream just ended: its Ended entry, queued
                 // when it leaves, gives the task back on a later pass.
                 Some(member) => {
-                    let _ = member.tx.send(Box::new(Ok(task)));
+                    let _ = member.tx.send(Box::new(Ok(Pushed::Task(task))));
                 }
                 None => orphans.push(task.receipt),
             }

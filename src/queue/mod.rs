@@ -207,6 +207,7 @@ impl DepthSource for QueueStore {
                 dead: stats.dead,
                 dead_letters: stats.dead_letters,
                 paused: stats.config.paused,
+                outcomes: std::array::from_fn(|n| (Outcome::ALL[n].name(), stats.outcomes[n])),
             })
         })
     }

@@ -157,6 +157,15 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Every outcome, in the order the scripts count them (`stats.lua`).
+    pub const ALL: [Outcome; 5] = [
+        Outcome::Acked,
+        Outcome::Nacked,
+        Outcome::Expired,
+        Outcome::GaveUp,
+        Outcome::Cancelled,
+    ];
+
     /// The outcome as the scripts spell it (one byte, `lua/include/attempts.lua`).
     pub(super) fn from_script(code: u8) -> Result<Self> {
         Ok(match code {
@@ -325,6 +334,13 @@ pub struct Stats {
     pub config: super::QueueConfig,
     /// Deliveries that started in the last five minutes (the current one included).
     pub delivered_5m: u64,
+    /// Deliveries that ever ended in this queue, by outcome in [`Outcome::ALL`]'s
+    /// order (counters kept in Redis).
+    pub outcomes: [u64; 5],
+    /// Kept COMPLETED tasks.
+    pub completed: u64,
+    /// Kept CANCELLED tasks.
+    pub cancelled: u64,
 }
 
 /// One fire of a schedule (`lua/fire.lua`): its task, unless that fire time was handled.

@@ -377,13 +377,21 @@ impl Scheduler {
 
 impl EventSink for Scheduler {
     fn on_message(&self, channel: &str, payload: &[u8]) {
-        let Ok(tag) = std::str::from_utf8(payload) else {
+        let Ok(message) = std::str::from_utf8(payload) else {
             return;
         };
+        // A tag (a freed slot), or "<tag>\0<id>\0<receipt>": a task that tag's stream
+        // runs was cancelled (`cancel.lua`; no tag holds a NUL).
+        let mut parts = message.split('\0');
+        let tag = parts.next().unwrap_or_default();
+        let cancelled = parts.next().zip(parts.next());
         let key = (channel.to_owned(), tag.to_owned());
         let feeds = locked(&self.registry).tags.get(&key).cloned();
         for feed in feeds.into_iter().flatten() {
-            feed.free(Some(tag));
+            match cancelled {
+                Some((id, receipt)) => feed.cancelled(tag, id, receipt),
+                None => feed.free(Some(tag)),
+            }
         }
     }
 

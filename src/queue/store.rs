@@ -328,14 +328,15 @@ impl QueueStore {
         })
     }
 
-    /// Pushes a live delivery's lease end to now + `visibility`; the new end.
+    /// Pushes a live delivery's lease end to now + `visibility`; the new end, and
+    /// whether the task was cancelled while it ran (`Cancel.running`).
     pub async fn extend_lease(
         &self,
         queue: &str,
         receipt: &str,
         visibility: Duration,
         progress: Option<&[u8]>,
-    ) -> Result<Option<i64>> {
+    ) -> Result<Option<(i64, bool)>> {
         let keys = self.keys(queue);
         let mut call = call(&self.scripts.extend_lease, &keys);
         call.arg(receipt).arg(visibility.as_millis() as u64);
@@ -343,7 +344,8 @@ impl QueueStore {
             call.arg(progress);
         }
         let reply: Vec<i64> = self.redis.invoke(&call).await?;
-        Ok((reply.first() == Some(&1)).then(|| reply.get(1).copied().unwrap_or(0)))
+        Ok((reply.first() == Some(&1))
+            .then(|| (reply.get(1).copied().unwrap_or(0), reply.get(2) == Some(&1))))
     }
 
     /// Tasks of one state, in delivery order, without receipts; with a group, that
@@ -413,12 +415,15 @@ impl QueueStore {
         call
     }
 
-    /// Removes tasks that are not in flight; the ids removed.
-    pub async fn cancel(&self, queue: &str, ids: &[String]) -> Result<Vec<String>> {
+    /// Removes tasks that are not in flight, and with `running` marks those in flight
+    /// cancelled (their streams hear of it); the ids removed or marked.
+    pub async fn cancel(&self, queue: &str, ids: &[String], running: bool) -> Result<Vec<String>> {
         let keys = self.keys(queue);
         let mut call = call(&self.scripts.cancel, &keys);
         call.arg(self.redis.keys.channel(Event::QueueChanged))
-            .arg(keys.pending());
+            .arg(keys.pending())
+            .arg(if running { "1" } else { "0" })
+            .arg(self.redis.keys.channel(Event::SlotFreed));
         for id in ids {
             call.arg(id);
         }

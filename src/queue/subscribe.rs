@@ -51,7 +51,16 @@ impl Drop for LeaveOnDrop {
 /// of `Result<Task>` was 4.6 KB of every open stream, of `Result<Box<Task>>` 1.5 KB (an
 /// `Error` is 40 bytes), of boxes 0.5 KB, for the same one allocation per delivered
 /// task.
-pub type Delivery = Box<Result<Task>>;
+pub type Delivery = Box<Result<Pushed>>;
+
+/// What a Subscribe stream is sent.
+#[derive(Debug)]
+pub enum Pushed {
+    /// A task leased to it.
+    Task(Task),
+    /// A task it runs was cancelled (`Cancel.running`).
+    Cancelled { id: String, receipt: String },
+}
 
 /// The deliveries of one subscriber. Ends after an error (shutdown: UNAVAILABLE).
 pub struct Subscription {
@@ -79,7 +88,7 @@ impl Subscription {
 }
 
 impl Stream for Subscription {
-    type Item = Result<Task>;
+    type Item = Result<Pushed>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         self.rx

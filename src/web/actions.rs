@@ -38,6 +38,8 @@ enum Action {
     Redrive(String, Vec<String>),
     RedriveAll(String),
     Cancel(String, Vec<String>),
+    /// Cancel running tasks (`Cancel.running`): their workers are told.
+    CancelRunning(String, Vec<String>),
     TriggerSchedule(String),
     PauseSchedule(String),
     ResumeSchedule(String),
@@ -111,6 +113,7 @@ impl Action {
             "redrive" => Action::Redrive(queue()?, ids()?),
             "redrive-all" => Action::RedriveAll(queue()?),
             "cancel" => Action::Cancel(queue()?, ids()?),
+            "cancel-running" => Action::CancelRunning(queue()?, ids()?),
             "trigger-schedule" => Action::TriggerSchedule(schedule()?),
             "pause-schedule" => Action::PauseSchedule(schedule()?),
             "resume-schedule" => Action::ResumeSchedule(schedule()?),
@@ -149,6 +152,7 @@ impl Action {
             Action::Redrive(q, ids) => format!("Redrive {} of queue <b>{}</b> to READY.", tasks(ids), esc(q)),
             Action::RedriveAll(q) => format!("Redrive every DEAD task of queue <b>{}</b> to READY.", esc(q)),
             Action::Cancel(q, ids) => format!("Cancel {} of queue <b>{}</b>: they are removed for good (tasks in flight are not cancelled).", tasks(ids), esc(q)),
+            Action::CancelRunning(q, ids) => format!("Cancel {} of queue <b>{}</b> while running: their workers are told to stop, and they end as CANCELLED, never to run again.", tasks(ids), esc(q)),
             Action::TriggerSchedule(s) => format!("Trigger schedule <b>{}</b>: enqueue one task now, outside its fire times.", esc(s)),
             Action::PauseSchedule(s) => format!("Pause schedule <b>{}</b>: no fires until it is resumed.", esc(s)),
             Action::ResumeSchedule(s) => format!("Resume schedule <b>{}</b>: it fires from now on (the paused fire times are not made up).", esc(s)),
@@ -167,6 +171,9 @@ impl Action {
                 format!("/queue?name={}&amp;state=dead", UrlPart(q))
             }
             Action::Cancel(q, _) => format!("/queue?name={}", UrlPart(q)),
+            Action::CancelRunning(q, _) => {
+                format!("/queue?name={}&amp;state=in_flight", UrlPart(q))
+            }
             Action::TriggerSchedule(_) | Action::PauseSchedule(_) | Action::ResumeSchedule(_) => {
                 "/schedules".to_owned()
             }
@@ -243,7 +250,7 @@ impl Action {
                 )
             }
             Action::Cancel(q, ids) => {
-                let gone = queues.cancel(q, ids).await?;
+                let gone = queues.cancel(q, ids, false).await?;
                 format!(
                     "{} of {} task{} cancelled{}.",
                     gone.len(),
@@ -251,6 +258,20 @@ impl Action {
                     plural(ids.len()),
                     if gone.len() < ids.len() {
                         " (the others were in flight or gone already)"
+                    } else {
+                        ""
+                    }
+                )
+            }
+            Action::CancelRunning(q, ids) => {
+                let told = queues.cancel(q, ids, true).await?;
+                format!(
+                    "{} of {} task{} cancelled{}.",
+                    told.len(),
+                    ids.len(),
+                    plural(ids.len()),
+                    if told.len() < ids.len() {
+                        " (the others were gone already)"
                     } else {
                         ""
                     }
@@ -450,7 +471,8 @@ pub(super) fn group_control(queue: &str, group: &str, paused: bool) -> String {
     }
 }
 
-/// A task's redrive (DEAD) or cancel (READY or DELAYED) button.
+/// A task's redrive (DEAD), cancel (READY or DELAYED) or cancel-while-running
+/// (IN_FLIGHT) button.
 pub(super) fn task_controls(queue: &str, id: &str, state: TaskState) -> String {
     let fields = [("queue", queue), ("id", id)];
     match state {
@@ -464,7 +486,11 @@ pub(super) fn task_controls(queue: &str, id: &str, state: TaskState) -> String {
                 button("cancel", &fields, "Cancel task")
             )
         }
-        TaskState::InFlight | TaskState::Completed | TaskState::Cancelled => String::new(),
+        TaskState::InFlight => format!(
+            "<p class=\"controls\">{}</p>\n",
+            button("cancel-running", &fields, "Cancel running task")
+        ),
+        TaskState::Completed | TaskState::Cancelled => String::new(),
     }
 }
 

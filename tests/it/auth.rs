@@ -232,6 +232,7 @@ async fn call(
             .cancel(pb::CancelRequest {
                 queue,
                 ids: vec!["t".into()],
+                ..Default::default()
             })
             .await
             .map(drop),
@@ -735,6 +736,7 @@ async fn attack_every_rpc(locks: &mut Locks, queues: &mut Queues, victim: &Victi
         .cancel(pb::CancelRequest {
             queue: name.clone(),
             ids: ["a", "b", "c", "d"].map(String::from).to_vec(),
+            ..Default::default()
         })
         .await
         .expect("cancel");
@@ -776,6 +778,7 @@ async fn attack_every_rpc(locks: &mut Locks, queues: &mut Queues, victim: &Victi
         .cancel(pb::CancelRequest {
             queue: name.clone(),
             ids: vec!["c".into()],
+            ..Default::default()
         })
         .await
         .expect("cancel own");

@@ -487,6 +487,7 @@ async fn every_bad_field_of_every_rpc_is_invalid_argument_naming_it_before_redis
     let cancel = |ids: Vec<String>| CancelRequest {
         queue: "q".into(),
         ids,
+        ..Default::default()
     };
     case!(
         queues.cancel,

@@ -1223,7 +1223,15 @@ async fn enqueue_wait_prints_the_worker_s_result_and_wait_and_task_tell_the_stor
     // A remote call: the worker answers the one delivery it is given.
     let call = tokio::spawn(
         cli(&server)
-            .args(["enqueue", "jobs", "--id", "j-1", "--wait", "30s", "{\"n\": 6}"])
+            .args([
+                "enqueue",
+                "jobs",
+                "--id",
+                "j-1",
+                "--wait",
+                "30s",
+                "{\"n\": 6}",
+            ])
             .output(),
     );
     let leased = loop {
@@ -1265,12 +1273,16 @@ async fn enqueue_wait_prints_the_worker_s_result_and_wait_and_task_tell_the_stor
             ..Default::default()
         })
         .await?;
-    let (status, _, err) = output(cli(&server).args(["wait", "jobs", "j-2", "--timeout", "5s"])).await;
+    let (status, _, err) =
+        output(cli(&server).args(["wait", "jobs", "j-2", "--timeout", "5s"])).await;
     assert_eq!(status.code(), Some(1));
     assert!(err.contains("no such file"), "{err}");
     let (status, out, _) = output(cli(&server).args(["task", "jobs", "j-2"])).await;
     assert!(status.success());
-    assert!(out.contains("DEAD") && out.contains("GAVE_UP") && out.contains("no such file"), "{out}");
+    assert!(
+        out.contains("DEAD") && out.contains("GAVE_UP") && out.contains("no such file"),
+        "{out}"
+    );
     let (_, out, _) = output(cli(&server).args(["task", "jobs", "j-2", "--json"])).await;
     assert_eq!(json(out.trim())["history"][0]["outcome"], "GAVE_UP");
     // Not done within the timeout: exit 4.
@@ -1290,7 +1302,8 @@ async fn enqueue_wait_prints_the_worker_s_result_and_wait_and_task_tell_the_stor
         })
         .await?;
     output(cli(&server).args(["cancel", "jobs", "j-3"])).await;
-    let (status, _, _) = output(cli(&server).args(["wait", "jobs", "j-3", "--timeout", "5s"])).await;
+    let (status, _, _) =
+        output(cli(&server).args(["wait", "jobs", "j-3", "--timeout", "5s"])).await;
     assert_eq!(status.code(), Some(3));
     Ok(())
 }

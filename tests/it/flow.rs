@@ -511,6 +511,7 @@ async fn a_serial_group_goes_on_at_once_when_its_waiting_head_is_cancelled_or_mo
                 .cancel(turnstile::pb::CancelRequest {
                     queue: queue.into(),
                     ids: vec!["a1".into()],
+                    ..Default::default()
                 })
                 .await?
                 .into_inner()

@@ -985,7 +985,11 @@ impl Run {
                     Actual::Extended(r.extended.then(|| ms_of(&r.lease_expires_at).unwrap()))
                 }),
             Op::Cancel(ids) => queues
-                .cancel(CancelRequest { queue: q(), ids })
+                .cancel(CancelRequest {
+                    queue: q(),
+                    ids,
+                    ..Default::default()
+                })
                 .await
                 .map(|r| Actual::Cancelled(r.into_inner().cancelled)),
             Op::Redrive(ids) => queues

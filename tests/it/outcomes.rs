@@ -261,6 +261,7 @@ async fn a_kept_task_keeps_its_result_and_history_and_goes_by_count_and_by_age(
         .cancel(CancelRequest {
             queue: "q".into(),
             ids: vec!["x".into()],
+            ..Default::default()
         })
         .await?;
     assert_eq!(
@@ -467,5 +468,122 @@ async fn outcome_fields_refuse_bad_values_naming_the_field() -> TestResult {
     refused(no_id, "id");
     // The result of a receipt that went is refused, never stored: the ack did nothing.
     assert!(get_task(&mut queues, "a").await?.state() == TaskState::InFlight);
+    Ok(())
+}
+
+on_each_store!(a_running_task_cancelled_is_told_to_its_worker_and_never_comes_back);
+async fn a_running_task_cancelled_is_told_to_its_worker_and_never_comes_back(
+    redis: TestStore,
+) -> TestResult {
+    let (one, two) = (
+        TestServer::start(&redis).await,
+        TestServer::start(&redis).await,
+    );
+    let (mut workers, mut operators) = (one.queues().await, two.queues().await);
+    keep_completed(&mut operators, 0, 100).await?;
+    let cancel = |id: &str| CancelRequest {
+        queue: "q".into(),
+        ids: vec![id.into()],
+        running: true,
+    };
+    // A Subscribe worker on one replica, the cancel on the other: the stream is told.
+    enqueue(&mut operators, vec![spec("pushed", 0)]).await?;
+    let mut stream = workers
+        .subscribe(SubscribeRequest {
+            queue: "q".into(),
+            max_in_flight: 1,
+            visibility: ms(60_000),
+            worker_id: "w-c".into(),
+        })
+        .await?
+        .into_inner();
+    let task = loop {
+        if let Some(Event::Task(task)) = stream.message().await?.and_then(|m| m.event) {
+            break task;
+        }
+    };
+    // Without `running` a task in flight is left alone.
+    let left = operators
+        .cancel(CancelRequest {
+            running: false,
+            ..cancel("pushed")
+        })
+        .await?
+        .into_inner()
+        .cancelled;
+    assert!(left.is_empty());
+    let marked = operators
+        .cancel(cancel("pushed"))
+        .await?
+        .into_inner()
+        .cancelled;
+    assert_eq!(marked, ["pushed"]);
+    let told = loop {
+        if let Some(Event::Cancelled(told)) = stream.message().await?.and_then(|m| m.event) {
+            break told;
+        }
+    };
+    assert_eq!(
+        (told.id.as_str(), told.receipt.as_str()),
+        ("pushed", task.receipt.as_str())
+    );
+    // Its Ack ends it as CANCELLED (kept here), not COMPLETED.
+    assert!(ack_with(&mut workers, &task.receipt, b"late").await?);
+    let ended = get_task(&mut operators, "pushed").await?;
+    assert_eq!(ended.state(), TaskState::Cancelled);
+    assert!(ended.result.is_empty());
+    assert_eq!(
+        outcomes(&ended),
+        [(1, AttemptOutcome::Cancelled, "w-c", "")]
+    );
+    drop(stream);
+    // A Lease worker hears of it through ExtendLease; its lease's end does not bring
+    // the task back.
+    enqueue(&mut operators, vec![spec("leased", 0)]).await?;
+    let leased = lease(&mut workers, 300, 10_000).await?;
+    let leased = leased.iter().find(|t| t.id == "leased").unwrap();
+    operators.cancel(cancel("leased")).await?;
+    let extended = workers
+        .extend_lease(turnstile::pb::ExtendLeaseRequest {
+            queue: "q".into(),
+            receipt: leased.receipt.clone(),
+            visibility: ms(300),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    assert!(extended.extended && extended.cancelled);
+    wait_redis_time(&redis.conn().await, unix_ms(&extended.lease_expires_at) + 1).await;
+    let ended = get_task(&mut operators, "leased").await?;
+    assert_eq!(ended.state(), TaskState::Cancelled);
+    assert_eq!(outcomes(&ended), [(1, AttemptOutcome::Cancelled, "", "")]);
+    let stats = operators
+        .stats(StatsRequest { queue: "q".into() })
+        .await?
+        .into_inner();
+    assert_eq!(
+        (stats.ready, stats.delayed, stats.in_flight, stats.dead),
+        (0, 0, 0, 0)
+    );
+    // A Nack of a cancelled delivery ends it as CANCELLED too, and a waiter hears it.
+    enqueue(&mut operators, vec![spec("nacked", 0)]).await?;
+    let leased = lease(&mut workers, 60_000, 10_000).await?;
+    let nacked = leased.iter().find(|t| t.id == "nacked").unwrap();
+    operators.cancel(cancel("nacked")).await?;
+    let answer = workers
+        .nack(nack(&nacked.receipt, "stopped", false))
+        .await?
+        .into_inner();
+    assert!(!answer.requeued && !answer.dead);
+    let waited = operators
+        .wait(WaitRequest {
+            queue: "q".into(),
+            id: "nacked".into(),
+            timeout: ms(10_000),
+        })
+        .await?
+        .into_inner();
+    assert!(waited.done);
+    assert_eq!(waited.task.unwrap().state(), TaskState::Cancelled);
     Ok(())
 }

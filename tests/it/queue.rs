@@ -354,6 +354,7 @@ async fn a_dedupe_window_refuses_a_late_duplicate_after_ack_cancel_or_auto_ack(
         .cancel(CancelRequest {
             queue: "q".into(),
             ids: vec!["cancelled".into()],
+            ..Default::default()
         })
         .await?;
     enqueue(&mut queues, vec![windowed("popped")]).await?;
@@ -711,6 +712,7 @@ async fn cancel_removes_waiting_tasks_and_leaves_in_flight_ones_alone(
         .cancel(CancelRequest {
             queue: "q".into(),
             ids: ids_to_cancel,
+            ..Default::default()
         })
         .await?
         .into_inner();
@@ -725,6 +727,7 @@ async fn cancel_removes_waiting_tasks_and_leaves_in_flight_ones_alone(
         .cancel(CancelRequest {
             queue: "q".into(),
             ids: vec![],
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -958,7 +961,8 @@ async fn every_rpc(
         cancel,
         CancelRequest {
             queue: q(),
-            ids: vec!["a".into()]
+            ids: vec!["a".into()],
+            ..Default::default()
         }
     );
     call!(
@@ -1405,6 +1409,7 @@ async fn a_nack_s_error_is_the_task_s_last_error_until_the_task_is_gone(
         .cancel(CancelRequest {
             queue: "q".into(),
             ids: vec!["b".into()],
+            ..Default::default()
         })
         .await?;
     enqueue(&mut queues, vec![spec("b", "b")]).await?;

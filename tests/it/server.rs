@@ -458,6 +458,13 @@ async fn metrics_count_known_traffic_by_method_code_stream_and_queue() -> TestRe
         2.0
     );
     assert_eq!(server.metric(&tasks("dq", "dead")).await, 1.0);
+    // Each delivery's end by outcome: both of dq's were nacked; mq's one nack.
+    let outcome = |queue: &str, outcome: &str| {
+        format!("turnstile_task_outcomes_total{{queue=\"{queue}\",outcome=\"{outcome}\"}}")
+    };
+    assert_eq!(server.metric(&outcome("dq", "nacked")).await, 2.0);
+    assert_eq!(server.metric(&outcome("dq", "acked")).await, 0.0);
+    assert_eq!(server.metric(&outcome("mq", "nacked")).await, 1.0);
 
     // A Subscribe push: a delivery and one lateness observation.
     let mut stream = queues

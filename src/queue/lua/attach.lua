@@ -24,7 +24,7 @@ if reclaim(now) then
 end
 local out = {}
 each_leased(tag, function(entry, id, meta)
-  if meta and meta.state == IN_FLIGHT and meta.tag == tag and meta.lease_end > now then
+  if meta and in_flight(meta.state) and meta.tag == tag and meta.lease_end > now then
     meta.session = session
     relet(id, meta, now + visibility_ms)
     push_row(out, id, meta, redis.call('HGET', payloads, id), now,

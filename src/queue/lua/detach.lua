@@ -22,7 +22,7 @@ local returned, kept, ends = 0, 0, ending()
 for i = 4, #ARGV, 2 do
   local tag, session = ARGV[i], ARGV[i + 1]
   each_leased(tag, function(_, id, meta)
-    if meta and meta.state == IN_FLIGHT and meta.tag == tag and meta.session == session then
+    if meta and in_flight(meta.state) and meta.tag == tag and meta.session == session then
       if grace > 0 then
         relet(id, meta, now + grace)
         kept = kept + 1

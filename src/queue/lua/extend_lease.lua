@@ -3,7 +3,8 @@
 -- ARGV[1] receipt, ARGV[2] visibility ms, then optionally ARGV[3] the progress to
 -- keep (the caller bounded it)
 -- Clock: Redis TIME.
--- Returns {1, lease end ms} extended, {0} stale receipt.
+-- Returns {1, lease end ms, cancelled 0/1} extended (cancelled: Cancel.running asked
+-- it to stop), {0} stale receipt.
 --- @include "keys"
 --- @include "now_ms"
 --- @include "delivery"
@@ -19,4 +20,4 @@ relet(id, meta, now + visibility_ms)
 if #ARGV >= 3 then
   redis.call('HSET', progress, id, ARGV[3])
 end
-return {1, meta.lease_end}
+return {1, meta.lease_end, meta.state == STOPPING and 1 or 0}

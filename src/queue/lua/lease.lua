@@ -29,6 +29,9 @@
 --- @include "pick"
 --- @include "next_start"
 --- @include "history"
+--- @include "attempts"
+--- @include "keep"
+--- @include "announce"
 local max_tasks, visibility, auto_ack = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1'
 local budget, receipt_prefix = tonumber(ARGV[4]), ARGV[5]
 
@@ -49,12 +52,27 @@ else
   ids, raws, bodies, failures, progresses = within_budget(due, budget)
 end
 local out, writes, leases, ends = {0, held_back or ''}, {}, {}, ending()
+-- auto_ack: each delivery ends ACKED as it starts; a queue that keeps ended tasks
+-- keeps it as COMPLETED (no result).
+local keep, kept, acked = auto_ack and keeping() ~= nil, 0, 0
 for n, id in ipairs(ids) do
   local meta = raws[n] and decode(raws[n])
   if meta then
     take(meta, now)
     if auto_ack then
-      ends.forget(id, meta, now)
+      acked = acked + 1
+      announce(now, id, meta, 'completed', (redis.call('HGET', attempts, id) or '') ..
+        pack_attempt(meta.attempt, now, now, OUT_ACKED, '', ''), '')
+      if keep then
+        record_attempt(id, meta, now, OUT_ACKED)
+        keep_ended(id, meta, COMPLETED, completed, now)
+        if meta.dedupe_ms > 0 then
+          redis.call('ZADD', reserved, string.format('%d', now + meta.dedupe_ms), id)
+        end
+        kept = kept + 1
+      else
+        ends.forget(id, meta, now)
+      end
     else
       lease_out(id, meta, receipt_prefix, now + visibility)
       writes[#writes + 1] = id; writes[#writes + 1] = encode(meta)
@@ -65,6 +83,12 @@ for n, id in ipairs(ids) do
 end
 write_deliveries(flow.on and 0 or #ids, writes, leases)
 ends.flush()
+if keep then
+  prune(completed, now, kept)
+end
+if acked > 0 then
+  redis.call('HINCRBY', counters, 'o:' .. OUT_ACKED, acked)
+end
 local next_due, first_lease_end = first_score(pending), first_score(inflight)
 if flow.on then
   next_due = next_start(now, retry_at)

@@ -1,11 +1,12 @@
 -- nack.lua: give a delivery back, due again at now + delay, or DEAD when it was the
--- last attempt or the worker gave up; a stale receipt changes nothing.
+-- last attempt or the worker gave up; a stale receipt changes nothing. A delivery
+-- cancelled while it ran ends as CANCELLED (include/cancelling.lua).
 -- KEYS: the queue's keys (include/keys.lua)
 -- ARGV[1] receipt, ARGV[2] delay ms, ARGV[3] the queue-changed channel,
 -- ARGV[4] its message, ARGV[5] the slot-freed channel, ARGV[6] the error (empty:
 -- none; the caller cut it to its bound), ARGV[7] '1' to give up (DEAD now)
 -- Clock: Redis TIME.
--- Returns {requeued 0/1, dead 0/1}.
+-- Returns {requeued 0/1, dead 0/1} ({0, 0} also for a delivery cancelled while it ran).
 --- @include "now_ms"
 --- @include "meta"
 --- @include "delivery"
@@ -23,9 +24,20 @@ if not id then
   return {0, 0}
 end
 local ends = ending()
+local tag = meta.tag
+if meta.state == STOPPING then
+  -- Cancelled while it ran: the Nack ends it as CANCELLED, not waiting again.
+  end_cancelled(ends, id, meta, now)
+  if ends.flush() then
+    redis.call('PUBLISH', changed_channel, changed_message)
+  end
+  if tag then
+    redis.call('PUBLISH', slot_freed_channel, tag)
+  end
+  return {0, 0}
+end
 ends.unlease(id, meta)
 local freed = ends.flush()
-local tag = meta.tag
 if failure ~= '' then
   redis.call('HSET', errors, id, failure)
 end

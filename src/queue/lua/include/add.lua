@@ -71,7 +71,7 @@ local function add(args, first, stride, now, channel, message)
     if held[n] then
       -- Held by a dedupe window: refused by both policies.
       out[no + 1], out[no + 2], out[no + 3] = 0, 0, 0
-    elseif meta and (args[i + 4] ~= 'r' or meta.state == IN_FLIGHT) then
+    elseif meta and (args[i + 4] ~= 'r' or in_flight(meta.state)) then
       out[no + 1], out[no + 2], out[no + 3] = 0, 0, meta.due
     else
       if meta and not plan then

@@ -5,7 +5,7 @@
 --- @include "receipt"
 -- Whether a meta's fields are a live delivery for this receipt.
 local function live_fields(state, receipt, lease_end, given, now)
-  return state == IN_FLIGHT and receipt == given and lease_end > now
+  return in_flight(state) and receipt == given and lease_end > now
 end
 
 -- The id and meta of the live delivery this receipt names, or nil (stale: expired,

@@ -15,6 +15,7 @@
 --- @include "attempts"
 --- @include "keep"
 --- @include "announce"
+--- @include "cancelling"
 local function finish(now, args, first, returned)
   local ids = {}
   for i = first, #args do
@@ -25,7 +26,7 @@ local function finish(now, args, first, returned)
   local raws = hmget(tasks, ids)
   local out, done, tags, ends = {}, {}, {}, ending()
   local keep, heard = keeping() ~= nil, awaited(now)
-  local kept = 0
+  local kept, acked = 0, 0
   for n, id in ipairs(ids) do
     local raw = raws[n]
     out[n] = 0
@@ -33,8 +34,17 @@ local function finish(now, args, first, returned)
       local seq, _, _, _, _, dedupe_ms, _, lease_end, state, receipt, tag, _, _, group =
         meta_fields(raw)
       local given = args[n + first - 1]
-      if live_fields(state, receipt, lease_end, given, now) then
+      if live_fields(state, receipt, lease_end, given, now) and state == STOPPING then
+        -- Cancelled while it ran: its Ack ends it as CANCELLED.
         done[id] = true
+        end_cancelled(ends, id, decode(raw), now)
+        if tag ~= '' then
+          tags[tag] = true
+        end
+        out[n] = 1
+      elseif live_fields(state, receipt, lease_end, given, now) then
+        done[id] = true
+        acked = acked + 1
         ends.unlease_fields(id, seq, tag, group)
         local result = returned and returned[given]
         if keep then
@@ -69,6 +79,9 @@ local function finish(now, args, first, returned)
   end
   if keep then
     prune(completed, now, kept)
+  end
+  if acked > 0 then
+    redis.call('HINCRBY', counters, 'o:' .. OUT_ACKED, acked)
   end
   return out, tags, ends.flush()
 end

@@ -8,6 +8,7 @@
 --- @include "wait_again"
 --- @include "attempts"
 --- @include "announce"
+--- @include "cancelling"
 -- Back to pending at `due`, or DEAD when out of attempts or `dead_now` (counted in the
 -- dead-letter counter), the delivery recorded in its history as ending at `now` with
 -- `outcome` and `failure` (nil: none). The caller ended its lease (ending().unlease).
@@ -15,6 +16,7 @@
 -- any other of its tasks.
 local function give_back(id, meta, due, dead_now, now, outcome, failure)
   record_attempt(id, meta, now, outcome, failure)
+  redis.call('HINCRBY', counters, 'o:' .. outcome, 1)
   meta.receipt = nil
   meta.lease_end = nil
   meta.tag = nil
@@ -46,8 +48,13 @@ end
 
 -- As a lease expiry (or a closed stream) ends a delivery at `now`: its lease records
 -- go (through ends), and the task is back at its original due time, or dead on its
--- last attempt. True when it went back to pending.
+-- last attempt (a delivery cancelled while it ran ends the task as CANCELLED). True
+-- when it went back to pending.
 local function expire_delivery(ends, id, meta, now)
+  if meta.state == STOPPING then
+    end_cancelled(ends, id, meta, now)
+    return false
+  end
   ends.unlease(id, meta)
   return give_back(id, meta, meta.due, false, now, OUT_EXPIRED) == PENDING
 end

@@ -6,8 +6,8 @@
 -- decode()/encode() (a table) and size_of().
 -- Fields, in layout order: seq (the 15-digit string of its pending member), due,
 -- enqueued_at (Unix ms), attempt, max_attempts, dedupe_ms (the dedupe window), size
--- (payload bytes), lease_end (0 none), state (PENDING, IN_FLIGHT, DEAD, COMPLETED or
--- CANCELLED), receipt, tag (the Subscribe stream's tag it is leased to), session (that
+-- (payload bytes), lease_end (0 none), state (PENDING, IN_FLIGHT, STOPPING, DEAD,
+-- COMPLETED or CANCELLED), receipt, tag (the Subscribe stream's tag it is leased to), session (that
 -- stream's session), priority (0-9), group ('' for the ungrouped tasks), leased_at (when its current or
 -- last delivery began, Unix ms; 0 before the first). leased_at came last and later: a
 -- meta written before it has none, and reads as 0.
@@ -20,7 +20,15 @@ local META = META_HEAD .. 'dc1sssds'     -- then lease_end, state, receipt, tag,
 local META_FULL = META .. 'd'            -- then leased_at
 
 -- The states, as one byte each (COMPLETED and CANCELLED: kept after the end).
+-- STOPPING is IN_FLIGHT with a cancel asked for (Cancel.running): a live delivery
+-- whose end, however it comes, ends the task as CANCELLED (include/cancelling.lua).
 local PENDING, IN_FLIGHT, DEAD, COMPLETED, CANCELLED = 'p', 'f', 'd', 'c', 'x'
+local STOPPING = 'k'
+
+-- Whether a state is a delivery's (IN_FLIGHT, or STOPPING).
+local function in_flight(state)
+  return state == IN_FLIGHT or state == STOPPING
+end
 
 -- A packed meta's fields, in layout order, up to group (then the position after it).
 local function meta_fields(raw)

@@ -23,7 +23,7 @@ end
 -- push_fields() for a meta, its state named from its state and due.
 local function push_row(out, id, meta, payload, now, last_error, said)
   local state_name = 'ready'
-  if meta.state == IN_FLIGHT then
+  if in_flight(meta.state) then
     state_name = 'in_flight'
   elseif meta.state == DEAD then
     state_name = 'dead'
