@@ -1,7 +1,8 @@
 //! The client's one error type: a non-OK status as the variant a caller acts on (with
 //! the server's message, which names the field for INVALID_ARGUMENT), plus the two
 //! outcomes SDK.md gives types of their own, [`Error::NotAcquired`] and
-//! [`Error::LeaseLost`], and a bad setting found before any call.
+//! [`Error::LeaseLost`], a task a call waited for that failed ([`Error::TaskFailed`]),
+//! and a bad setting found before any call.
 
 use std::fmt;
 
@@ -47,6 +48,16 @@ pub enum Error {
     },
     /// A bad address, certificate or token, found before any call.
     Config(String),
+    /// A task [`Queue::call`](super::Queue::call) waited for ended without a result:
+    /// DEAD or cancelled.
+    TaskFailed {
+        /// The task.
+        id: String,
+        /// `DEAD` or `CANCELLED`.
+        state: String,
+        /// Why, as its last failed delivery's Nack said ('' when none did).
+        last_error: String,
+    },
 }
 
 /// A client call's result.
@@ -65,7 +76,10 @@ impl Error {
             Error::Unavailable(_) => Code::Unavailable,
             Error::DeadlineExceeded(_) => Code::DeadlineExceeded,
             Error::Status { code, .. } => *code,
-            Error::NotAcquired { .. } | Error::LeaseLost { .. } | Error::Config(_) => return None,
+            Error::NotAcquired { .. }
+            | Error::LeaseLost { .. }
+            | Error::Config(_)
+            | Error::TaskFailed { .. } => return None,
         })
     }
 }
@@ -93,6 +107,11 @@ impl fmt::Display for Error {
             Error::NotAcquired { name } => write!(f, "{name}: not acquired within the wait"),
             Error::LeaseLost { name, reason } => write!(f, "{name}: lease lost: {reason}"),
             Error::Config(message) => f.write_str(message),
+            Error::TaskFailed {
+                id,
+                state,
+                last_error,
+            } => write!(f, "task {id} ended {state}: {last_error}"),
             Error::InvalidArgument(message)
             | Error::Unauthenticated(message)
             | Error::PermissionDenied(message)

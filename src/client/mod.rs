@@ -34,7 +34,10 @@ pub use lease::{default_owner, hostname, Lease, LockCall, Permit, SemaphoreCall}
 pub use queue::{Enqueue, Enqueued, Queue, TaskState};
 pub use retry::{Backoff, DEFAULT_DEADLINE};
 pub use schedules::{Schedule, Schedules};
-pub use worker::{default_worker_id, Handled, Handler, Hooks, Task, TaskError, Worker, ACK_BATCH};
+pub use worker::{
+    default_worker_id, Handled, Handler, Hooks, Json, Task, TaskError, TaskResult, Worker,
+    ACK_BATCH, MAX_RESULT_BYTES,
+};
 
 use crate::pb::{
     lock_service_client::LockServiceClient, queue_service_client::QueueServiceClient,

@@ -1,18 +1,22 @@
 //! A queue's calls, typed: enqueue (ids filled before the first try, so a retry
-//! through UNAVAILABLE never enqueues twice), stats, peek, cancel, redrive, pause,
-//! resume, configure.
+//! through UNAVAILABLE never enqueues twice), a task's story (`get`, `wait`, `call`),
+//! stats, peek, cancel, redrive, pause, resume, configure.
 
 use std::time::{Duration, SystemTime};
 
 use prost::bytes::Bytes;
 
 use super::{
-    error::Result,
+    error::{Error, Result},
     lease::{proto_duration, system_time},
     retry::call,
     Client,
 };
 use crate::{pb, token::new_token};
+
+/// How much longer than a `Wait`'s own timeout its call may take: the server answers
+/// `done: false` at the timeout, and the answer must not be cut by the call's deadline.
+const WAIT_MARGIN: Duration = Duration::from_secs(5);
 
 pub use crate::pb::TaskState;
 
@@ -180,6 +184,79 @@ impl Queue {
                 replaced: result.replaced,
             })
             .collect())
+    }
+
+    /// The task `id` in whatever state, with its delivery history, last error,
+    /// progress and (a kept COMPLETED task) result; `Error::NotFound` when the queue does
+    /// not hold it.
+    pub async fn get(&self, id: &str) -> Result<pb::Task> {
+        let request = pb::GetTaskRequest {
+            queue: self.name.clone(),
+            id: id.to_owned(),
+        };
+        call!(None, self.client.raw_queues(), get_task, request).await
+    }
+
+    /// Waits up to `timeout` (at most 1 h) for task `id` to be done (COMPLETED, DEAD or
+    /// CANCELLED): the task as it ended, with its result and history, or `None` when
+    /// it was not done in time.
+    pub async fn wait(&self, id: &str, timeout: Duration) -> Result<Option<pb::Task>> {
+        let request = pb::WaitRequest {
+            queue: self.name.clone(),
+            id: id.to_owned(),
+            timeout: Some(proto_duration(timeout)),
+        };
+        let reply = call!(
+            Some(timeout + WAIT_MARGIN),
+            self.client.raw_queues(),
+            wait,
+            request
+        )
+        .await?;
+        Ok(reply.task.filter(|_| reply.done))
+    }
+
+    /// A remote call through the queue: enqueues `task` and waits up to `timeout` (at
+    /// most 1 h) for a worker's result. Its id is filled before the first try, so a
+    /// retried call joins the task its first try made. A task that went DEAD or was
+    /// cancelled is [`Error::TaskFailed`] with its last error; one not done in time,
+    /// [`Error::DeadlineExceeded`].
+    pub async fn call(&self, task: impl Into<Enqueue>, timeout: Duration) -> Result<Bytes> {
+        let mut task = task.into();
+        if task.spec.id.is_empty() {
+            task.spec.id = new_token();
+        }
+        let request = pb::EnqueueRequest {
+            queue: self.name.clone(),
+            tasks: vec![task.spec],
+            wait: Some(proto_duration(timeout)),
+        };
+        let reply = call!(
+            Some(timeout + WAIT_MARGIN),
+            self.client.raw_queues(),
+            enqueue,
+            request
+        )
+        .await?;
+        let result = reply.results.into_iter().next().unwrap_or_default();
+        match result.task {
+            Some(task) if result.done && task.state() == pb::TaskState::Completed => {
+                Ok(Bytes::from(task.result))
+            }
+            Some(task) if result.done => Err(Error::TaskFailed {
+                state: task
+                    .state()
+                    .as_str_name()
+                    .trim_start_matches("TASK_STATE_")
+                    .to_owned(),
+                id: task.id,
+                last_error: task.last_error,
+            }),
+            _ => Err(Error::DeadlineExceeded(format!(
+                "task {} not done within {timeout:?}",
+                result.id
+            ))),
+        }
     }
 
     /// How many tasks are in each state, and the oldest ready and next due.

@@ -101,9 +101,10 @@ impl Task {
         &self.receipt
     }
 
-    /// Fires when this delivery's lease is lost or the drain ran out of time: the
-    /// handler's future is dropped then too, so only work outside it (a thread, a
-    /// child process) needs to watch this.
+    /// Fires when this delivery's lease is lost, the task was cancelled while it ran
+    /// (`Cancel.running`: the stream's `cancelled` event, or an extension answering
+    /// `cancelled`), or the drain ran out of time: the handler's future is dropped then
+    /// too, so only work outside it (a thread, a child process) needs to watch this.
     pub fn cancelled(&self) -> CancellationToken {
         self.cancelled.clone()
     }
@@ -197,23 +198,84 @@ impl fmt::Debug for TaskError {
     }
 }
 
-/// What a handler's future returns.
-pub type Handled = Pin<Box<dyn Future<Output = Result<(), TaskError>> + Send>>;
+/// What a handler's future returns: its result's bytes (none for `()`), or how it
+/// failed.
+pub type Handled = Pin<Box<dyn Future<Output = Result<Option<Bytes>, TaskError>> + Send>>;
 
-/// Handles one task: any `Fn(Task) -> impl Future<Output = Result<(), TaskError>>`.
-/// `Ok` acks it; `Err` nacks it (see [`TaskError`]).
+/// What a handler may return on success: the task's result (`Ack.results`, at most 64
+/// KiB), which a caller waiting for the task gets (`Queue::call`, `Queue::wait`) and a
+/// queue that keeps completed tasks keeps. `()` is none; bytes and text are as they
+/// are; [`Json`] is JSON.
+pub trait TaskResult {
+    /// The result's bytes (none for no result).
+    fn into_result(self) -> Option<Bytes>;
+}
+
+impl TaskResult for () {
+    fn into_result(self) -> Option<Bytes> {
+        None
+    }
+}
+
+impl TaskResult for Bytes {
+    fn into_result(self) -> Option<Bytes> {
+        Some(self)
+    }
+}
+
+impl TaskResult for Vec<u8> {
+    fn into_result(self) -> Option<Bytes> {
+        Some(self.into())
+    }
+}
+
+impl TaskResult for String {
+    fn into_result(self) -> Option<Bytes> {
+        Some(self.into())
+    }
+}
+
+impl TaskResult for &'static str {
+    fn into_result(self) -> Option<Bytes> {
+        Some(Bytes::from_static(self.as_bytes()))
+    }
+}
+
+/// A result sent as JSON: `Ok(Json(value))`.
+pub struct Json<T>(pub T);
+
+impl<T: serde::Serialize> TaskResult for Json<T> {
+    fn into_result(self) -> Option<Bytes> {
+        match serde_json::to_vec(&self.0) {
+            Ok(bytes) => Some(bytes.into()),
+            Err(err) => {
+                tracing::warn!(cause = %err, "a result that is not JSON is sent as none");
+                None
+            }
+        }
+    }
+}
+
+/// The most bytes a result may hold (the server refuses more).
+pub const MAX_RESULT_BYTES: usize = 64 * 1024;
+
+/// Handles one task: any `Fn(Task) -> impl Future<Output = Result<R, TaskError>>`
+/// with `R` a [`TaskResult`]. `Ok` acks it with its result; `Err` nacks it (see
+/// [`TaskError`]).
 pub trait Handler: Send + Sync + 'static {
     /// The future that handles `task`.
     fn handle(&self, task: Task) -> Handled;
 }
 
-impl<F, Fut> Handler for F
+impl<F, Fut, R> Handler for F
 where
     F: Fn(Task) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<(), TaskError>> + Send + 'static,
+    Fut: Future<Output = Result<R, TaskError>> + Send + 'static,
+    R: TaskResult,
 {
     fn handle(&self, task: Task) -> Handled {
-        Box::pin(self(task))
+        let handled = self(task);
+        Box::pin(async move { handled.await.map(TaskResult::into_result) })
     }
 }
 
@@ -426,8 +488,8 @@ struct Shared {
     visibility: Duration,
     backoff: Backoff,
     hooks: Hooks,
-    /// Receipts to ack, to the acker.
-    acks: mpsc::UnboundedSender<String>,
+    /// Receipts to ack, with their results, to the acker.
+    acks: mpsc::UnboundedSender<(String, Option<Bytes>)>,
     state: Arc<Mutex<State>>,
 }
 
@@ -444,6 +506,9 @@ struct State {
     draining: bool,
     /// Deliveries that arrived during the drain, given back after it.
     unstarted: Vec<String>,
+    /// Deliveries the server cancelled while they ran (`Cancel.running`): their end is
+    /// reported at once (a Nack, which ends the task as CANCELLED).
+    stopped: HashSet<String>,
     /// Nacks held by the drain, with their delays.
     held_nacks: Vec<Nack>,
 }
@@ -460,10 +525,10 @@ async fn send_acks(
     queues: QueueServiceClient<Authed>,
     queue: String,
     state: Arc<Mutex<State>>,
-    mut receipts: mpsc::UnboundedReceiver<String>,
+    mut receipts: mpsc::UnboundedReceiver<(String, Option<Bytes>)>,
     mut held: watch::Receiver<bool>,
 ) {
-    let mut pending: Vec<String> = Vec::new();
+    let mut pending: Vec<(String, Option<Bytes>)> = Vec::new();
     let mut closed = false;
     loop {
         while let Ok(receipt) = receipts.try_recv() {
@@ -483,11 +548,16 @@ async fn send_acks(
             }
             continue;
         }
-        let batch: Vec<String> = pending.drain(..pending.len().min(ACK_BATCH)).collect();
+        let acked: Vec<(String, Option<Bytes>)> =
+            pending.drain(..pending.len().min(ACK_BATCH)).collect();
+        let batch: Vec<String> = acked.iter().map(|(receipt, _)| receipt.clone()).collect();
         let request = pb::AckRequest {
             queue: queue.clone(),
             receipts: batch.clone(),
-            results: Default::default(),
+            results: acked
+                .into_iter()
+                .filter_map(|(receipt, result)| Some((receipt, result?.to_vec())))
+                .collect(),
         };
         match call!(None, queues.clone(), ack, request).await {
             Ok(reply) => {
@@ -533,8 +603,9 @@ impl Shared {
     }
 
     /// Extends the lease at two thirds of `visibility`, again and again; returns when
-    /// the lease is gone (a stale receipt).
-    async fn keep_leased(&self, task: &Task) {
+    /// the lease is gone (a stale receipt: false) or an extension says the task was
+    /// cancelled while it ran (true).
+    async fn keep_leased(&self, task: &Task) -> bool {
         let every = self.visibility * 2 / 3;
         loop {
             tokio::time::sleep(every).await;
@@ -559,7 +630,14 @@ impl Shared {
             {
                 Ok(reply) if !reply.extended => {
                     tracing::warn!(task_id = task.id, "lease lost; cancelling its handler");
-                    return;
+                    return false;
+                }
+                Ok(reply) if reply.cancelled => {
+                    tracing::info!(
+                        task_id = task.id,
+                        "task cancelled while it ran; cancelling its handler"
+                    );
+                    return true;
                 }
                 Ok(_) => {}
                 Err(err) => {
@@ -586,31 +664,55 @@ impl Shared {
         let handled = self.handler.handle(task);
         let outcome = tokio::select! {
             outcome = handled => Some(outcome),
-            () = self.keep_leased(&meta) => {
+            stopped = self.keep_leased(&meta) => {
+                if stopped {
+                    self.state().stopped.insert(meta.receipt.clone());
+                }
                 cancelled.cancel();
                 None
             }
-            // The drain ran out of time: it gives the delivery back.
+            // The drain ran out of time (it gives the delivery back), or the server
+            // cancelled the task (its end is reported below).
             () = cancelled.cancelled() => None,
         };
-        let cut = {
+        let (cut, stopped) = {
             let mut state = self.state();
             state.running.remove(&meta.receipt);
             let cut = state.cut.contains(&meta.receipt);
-            if outcome.is_none() && !cut {
+            let stopped = state.stopped.remove(&meta.receipt);
+            if outcome.is_none() && !cut && !stopped {
                 // Its lease is gone: a redelivery comes with a new receipt.
                 state.known.remove(&meta.receipt);
             }
-            cut
+            (cut, stopped)
         };
+        if stopped && outcome.is_none() && !cut {
+            // Cancelled while it ran: end the delivery now (it ends as CANCELLED)
+            // rather than at its lease's end.
+            let nack = Nack {
+                receipt: meta.receipt.clone(),
+                delay: Duration::ZERO,
+                error: "cancelled while it ran".to_owned(),
+                give_up: false,
+            };
+            self.report_nack(nack, &meta, Duration::ZERO, None).await;
+            return;
+        }
         // Lost, or cut by the drain (which gives it back): not ours to report.
         let Some(outcome) = outcome.filter(|_| !cut) else {
             return;
         };
+        let outcome = match outcome {
+            Ok(Some(result)) if result.len() > MAX_RESULT_BYTES => Err(TaskError::Fail(format!(
+                "its result is {} bytes, over the limit of {MAX_RESULT_BYTES}",
+                result.len()
+            ))),
+            other => other,
+        };
         let err = match outcome {
-            Ok(()) => {
+            Ok(result) => {
                 fire(&self.hooks.on_success, &meta, ());
-                let _ = self.acks.send(meta.receipt.clone());
+                let _ = self.acks.send((meta.receipt.clone(), result));
                 return;
             }
             Err(err) => err,
@@ -636,19 +738,37 @@ impl Shared {
             error: text.clone(),
             give_up,
         };
+        self.report_nack(nack, &meta, delay, Some(text)).await;
+    }
+
+    /// Sends a Nack (or holds it while the drain runs), firing the retry or dead hook
+    /// (`text`: the failure's, none for a cancelled task).
+    async fn report_nack(&self, nack: Nack, meta: &Task, delay: Duration, text: Option<String>) {
         {
             let mut state = self.state();
             if state.draining {
                 state.held_nacks.push(nack);
                 drop(state);
-                fire(&self.hooks.on_retry, &meta, delay);
+                if text.is_some() {
+                    fire(&self.hooks.on_retry, meta, delay);
+                }
                 return;
             }
         }
-        if self.nack(&nack).await {
-            fire(&self.hooks.on_dead, &meta, text);
-        } else {
-            fire(&self.hooks.on_retry, &meta, delay);
+        let dead = self.nack(&nack).await;
+        match text {
+            Some(text) if dead => fire(&self.hooks.on_dead, meta, text),
+            Some(_) => fire(&self.hooks.on_retry, meta, delay),
+            None => {}
+        }
+    }
+
+    /// The server cancelled a task this worker runs: its handler's cancellation fires.
+    fn stop(&self, receipt: &str) {
+        let mut state = self.state();
+        if let Some(token) = state.running.get(receipt).cloned() {
+            state.stopped.insert(receipt.to_owned());
+            token.cancel();
         }
     }
 }
@@ -692,6 +812,10 @@ impl Running {
                     Some(Ok(pb::SubscribeResponse { event: Some(Event::Task(task)) })) => {
                         attempt = 0;
                         self.deliver(task);
+                    }
+                    Some(Ok(pb::SubscribeResponse { event: Some(Event::Cancelled(told)) })) => {
+                        attempt = 0;
+                        self.shared.stop(&told.receipt);
                     }
                     Some(Ok(_)) => attempt = 0,
                     Some(Err(status)) if is_final(status.code()) => return Err(status.into()),
@@ -739,6 +863,9 @@ impl Running {
                 joined = self.handlers.join_next() => if joined.is_none() { break },
                 message = next_message(&mut self.stream) => match message {
                     Some(Ok(pb::SubscribeResponse { event: Some(Event::Task(task)) })) => self.deliver(task),
+                    Some(Ok(pb::SubscribeResponse { event: Some(Event::Cancelled(told)) })) => {
+                        self.shared.stop(&told.receipt);
+                    }
                     Some(Ok(_)) => {}
                     Some(Err(_)) | None => self.stream = None,
                 },

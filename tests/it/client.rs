@@ -756,3 +756,106 @@ async fn a_dropped_lease_is_released_without_waiting_for_its_ttl() -> TestResult
     assert!(next.release().await?);
     Ok(())
 }
+
+/// `Queue::call` is a remote call: the handler's return value comes back as the
+/// result; a handler that gives up makes it `TaskFailed` with its reason; `get`
+/// tells the story.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_returns_the_handler_s_result_and_a_failed_one_its_reason() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let client = client_of(&server);
+    let worker = client
+        .worker("squares", |task: Task| async move {
+            let n: u64 = task.json()?;
+            if n == 13 {
+                return Err(TaskError::fail("unlucky"));
+            }
+            Ok(turnstile::client::Json(n * n))
+        })
+        .handle_signals(false);
+    let stop = worker.stop_token();
+    let running = tokio::spawn(worker.run());
+    let queue = client.queue("squares");
+    let result = queue
+        .call(Enqueue::json(&7)?.id("seven"), Duration::from_secs(30))
+        .await?;
+    assert_eq!(result.as_ref(), b"49");
+    let failed = queue
+        .call(Enqueue::json(&13)?.id("thirteen"), Duration::from_secs(30))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        failed,
+        Error::TaskFailed {
+            id: "thirteen".into(),
+            state: "DEAD".into(),
+            last_error: "unlucky".into()
+        }
+    );
+    let story = queue.get("thirteen").await?;
+    assert_eq!(story.history.len(), 1);
+    assert_eq!(
+        story.history[0].outcome(),
+        turnstile::pb::AttemptOutcome::GaveUp
+    );
+    // A finished task that is not kept is gone; waiting for it runs out.
+    assert!(matches!(queue.get("seven").await, Err(Error::NotFound(_))));
+    assert_eq!(queue.wait("seven", Duration::from_millis(200)).await?, None);
+    stop.cancel();
+    running.await??;
+    Ok(())
+}
+
+/// `cancel_running` reaches the worker running the task: its handler's cancellation
+/// fires (its future is dropped), and the task ends CANCELLED, never to run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_task_cancelled_stops_its_handler_and_ends_cancelled() -> TestResult {
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let client = client_of(&server);
+    let started = Arc::new(AtomicU32::new(0));
+    let stopped = Arc::new(AtomicBool::new(false));
+    let worker = client
+        .worker("endless", {
+            let (started, stopped) = (started.clone(), stopped.clone());
+            move |task: Task| {
+                let (started, stopped) = (started.clone(), stopped.clone());
+                async move {
+                    started.fetch_add(1, Ordering::SeqCst);
+                    let cancelled = task.cancelled();
+                    // Work outside the handler's future watches the token.
+                    tokio::spawn(async move {
+                        cancelled.cancelled().await;
+                        stopped.store(true, Ordering::SeqCst);
+                    });
+                    std::future::pending::<()>().await;
+                    Ok(())
+                }
+            }
+        })
+        .handle_signals(false);
+    let stop = worker.stop_token();
+    let running = tokio::spawn(worker.run());
+    let queue = client.queue("endless");
+    queue.enqueue(Enqueue::new("x").id("forever")).await?;
+    eventually("the handler started", WAIT, || async {
+        started.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    assert_eq!(queue.cancel_running(["forever"]).await?, ["forever"]);
+    let ended = queue
+        .wait("forever", Duration::from_secs(30))
+        .await?
+        .expect("ended");
+    assert_eq!(ended.state(), TaskState::Cancelled);
+    eventually("the handler's cancellation fired", WAIT, || async {
+        stopped.load(Ordering::SeqCst)
+    })
+    .await;
+    assert_eq!(counts(&client, "endless").await, (0, 0, 0, 0));
+    assert_eq!(started.load(Ordering::SeqCst), 1, "never run again");
+    stop.cancel();
+    running.await??;
+    Ok(())
+}
