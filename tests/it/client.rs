@@ -838,6 +838,16 @@ async fn a_running_task_cancelled_stops_its_handler_and_ends_cancelled() -> Test
     let stop = worker.stop_token();
     let running = tokio::spawn(worker.run());
     let queue = client.queue("endless");
+    // Kept once ended, so a wait begun after the end still finds it.
+    queue
+        .configure(turnstile::pb::ConfigureQueueRequest {
+            keep_completed: Some(turnstile::pb::Retention {
+                age: None,
+                count: 10,
+            }),
+            ..Default::default()
+        })
+        .await?;
     queue.enqueue(Enqueue::new("x").id("forever")).await?;
     eventually("the handler started", WAIT, || async {
         started.load(Ordering::SeqCst) == 1

@@ -9,7 +9,7 @@ from typing import Any, Coroutine, List
 import pytest
 
 from harness import Server
-from turnstile_client import AsyncClient, NotAcquired, Retry, Task, TaskSpec
+from turnstile_client import AsyncClient, NotAcquired, Retention, Retry, Task, TaskSpec
 
 
 def run(coro: Coroutine[Any, Any, None]) -> None:
@@ -106,5 +106,39 @@ def test_async_schedules_round_trip(server: Server) -> None:
             assert [t.id for t in await client.queue("reports").peek()] == [task_id]
             assert await client.schedules.delete("nightly")
             assert await client.schedules.get("nightly") is None
+
+    run(main())
+
+
+def test_async_cancel_running_cancels_the_handler_and_call_returns_results(server: Server) -> None:
+    async def main() -> None:
+        async with AsyncClient(server.url) as client:
+            started = asyncio.Event()
+            cancelled: List[str] = []
+
+            async def handle(task: Task) -> bytes:
+                if task.id == "forever":
+                    started.set()
+                    try:
+                        await asyncio.sleep(3600)
+                    except asyncio.CancelledError:
+                        cancelled.append(task.id)
+                        raise
+                return task.payload.upper()
+
+            worker = client.worker("aio-outcomes", handle, concurrency=2)
+            running = asyncio.create_task(worker.run(handle_signals=False))
+            queue = client.queue("aio-outcomes")
+            # Kept once ended, so a wait begun after the end still finds it.
+            await queue.configure(keep_completed=Retention(count=10))
+            assert await queue.call("shout", timeout="30s") == b"SHOUT"
+            await queue.enqueue(b"x", id="forever")
+            await asyncio.wait_for(started.wait(), 30)
+            assert await queue.cancel(["forever"], running=True) == ["forever"]
+            ended = await queue.wait("forever", "30s")
+            assert ended is not None and ended.state == "cancelled"
+            assert cancelled == ["forever"]
+            worker.stop()
+            await asyncio.wait_for(running, 30)
 
     run(main())

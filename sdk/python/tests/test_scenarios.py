@@ -24,8 +24,11 @@ from turnstile_client import (
     InvalidArgument,
     LeaseLost,
     LockState,
+    NotFound,
+    Retention,
     Retry,
     Task,
+    TaskFailed,
     TaskSpec,
     Unauthenticated,
 )
@@ -456,3 +459,60 @@ def test_watch_is_reopened_after_its_server_restarts(redis: Redis) -> None:
             lease.release()
     finally:
         server.close()
+
+
+def test_a_call_returns_the_handler_s_result_and_a_failed_one_its_reason(server: Server) -> None:
+    def handle(task: Task) -> object:
+        n = task.json()["n"]
+        if n == 13:
+            raise Fail("unlucky")
+        return {"square": n * n}
+
+    with Client(server.url) as client:
+        worker = client.worker("squares", handle, concurrency=2)
+        runner = threading.Thread(target=worker.run)
+        runner.start()
+        queue = client.queue("squares")
+        assert queue.call({"n": 7}, timeout="30s", id="seven") == b'{"square":49}'
+        with pytest.raises(TaskFailed) as failed:
+            queue.call({"n": 13}, timeout="30s", id="thirteen")
+        assert (failed.value.state, failed.value.last_error) == ("dead", "unlucky")
+        story = queue.get("thirteen")
+        assert [(a.number, a.outcome, a.error) for a in story.history] == [(1, "gave_up", "unlucky")]
+        # A finished task that is not kept is gone; waiting for it runs out.
+        with pytest.raises(NotFound):
+            queue.get("seven")
+        assert queue.wait("seven", "200ms") is None
+        worker.stop()
+        runner.join(30)
+
+
+def test_a_running_task_cancelled_fires_its_handler_s_cancellation(server: Server) -> None:
+    started = threading.Event()
+    told = threading.Event()
+
+    def handle(task: Task) -> None:
+        started.set()
+        # A plain handler watches `task.cancelled`.
+        if task.cancelled.wait(30):
+            told.set()
+
+    with Client(server.url) as client:
+        worker = client.worker("endless", handle)
+        runner = threading.Thread(target=worker.run)
+        runner.start()
+        queue = client.queue("endless")
+        # Kept once ended, so a wait begun after the end still finds it.
+        queue.configure(keep_completed=Retention(count=10))
+        queue.enqueue(b"x", id="forever")
+        assert started.wait(30)
+        assert queue.cancel(["forever"], running=True) == ["forever"]
+        ended = queue.wait("forever", "30s")
+        assert ended is not None and ended.state == "cancelled"
+        assert told.is_set()
+        [attempt] = ended.history
+        assert (attempt.outcome, attempt.worker_id) == ("cancelled", worker.worker_id)
+        stats = queue.stats()
+        assert (stats.ready, stats.in_flight, stats.dead) == (0, 0, 0)
+        worker.stop()
+        runner.join(30)

@@ -17,16 +17,19 @@ from .errors import (
     NotFound,
     PermissionDenied,
     ResourceExhausted,
+    TaskFailed,
     TurnstileError,
     Unauthenticated,
     Unavailable,
 )
 from .types import (
+    Attempt,
     Enqueued,
     Fail,
     LockState,
     QueueConfig,
     RateLimit,
+    Retention,
     Retry,
     Schedule,
     Stats,
@@ -35,6 +38,7 @@ from .types import (
 )
 
 __all__ = [
+    "Attempt",
     "AsyncClient",
     "Backoff",
     "Client",
@@ -54,12 +58,14 @@ __all__ = [
     "QueueConfig",
     "RateLimit",
     "ResourceExhausted",
+    "Retention",
     "Retry",
     "Fail",
     "Schedule",
     "Schedules",
     "Stats",
     "Task",
+    "TaskFailed",
     "TaskSpec",
     "TurnstileError",
     "Unauthenticated",

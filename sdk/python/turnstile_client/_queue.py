@@ -7,10 +7,14 @@ import uuid
 from datetime import datetime
 from typing import Iterable, List, Optional, Sequence
 
-from ._convert import DurationLike, Payload, duration, instant, payload_bytes, timestamp
+from ._convert import DurationLike, Payload, duration, instant, payload_bytes, seconds, timestamp
 from ._rpc import Rpc
-from .errors import InvalidArgument
-from .types import TASK_STATES, Enqueued, QueueConfig, RateLimit, Stats, Task, TaskSpec
+from .errors import DeadlineExceeded, InvalidArgument, TaskFailed
+from .types import TASK_STATES, Enqueued, QueueConfig, RateLimit, Retention, Stats, Task, TaskSpec
+
+WAIT_MARGIN = 5.0
+"""How much longer than a wait's own timeout its call may take (seconds): the server
+answers "not done" at the timeout, and that answer must not be cut by the deadline."""
 from .v1 import common_pb2, queue_pb2
 
 _ON_DUPLICATE = {
@@ -105,12 +109,64 @@ class Queue:
         )
         return [Task.from_pb(t, self.name) for t in reply.tasks]
 
-    async def cancel(self, ids: Sequence[str]) -> List[str]:
-        """Removes tasks that are not in flight; the ids removed."""
+    async def cancel(self, ids: Sequence[str], running: bool = False) -> List[str]:
+        """Removes tasks that are not in flight; with `running`, also cancels those in
+        flight (their workers' handlers are told; they end "cancelled"). The ids removed
+        or cancelled."""
         reply = await self._rpc.call(
-            self._rpc.queues.Cancel, queue_pb2.CancelRequest(queue=self.name, ids=list(ids))
+            self._rpc.queues.Cancel,
+            queue_pb2.CancelRequest(queue=self.name, ids=list(ids), running=running),
         )
         return list(reply.cancelled)
+
+    async def get(self, id: str) -> Task:
+        """The task in whatever state, with its delivery history, last error, progress
+        and (a kept completed task) result; `NotFound` when the queue does not hold it."""
+        reply = await self._rpc.call(
+            self._rpc.queues.GetTask, queue_pb2.GetTaskRequest(queue=self.name, id=id)
+        )
+        return Task.from_pb(reply, self.name)
+
+    async def wait(self, id: str, timeout: DurationLike) -> Optional[Task]:
+        """Waits up to `timeout` (at most 1 h) for the task to be done (completed, dead
+        or cancelled): the task as it ended, with its result and history, or None when
+        it was not done in time."""
+        request = queue_pb2.WaitRequest(queue=self.name, id=id)
+        request.timeout.CopyFrom(duration(timeout, "timeout"))
+        reply = await self._rpc.call(
+            self._rpc.queues.Wait, request, deadline=seconds(timeout, "timeout") + WAIT_MARGIN
+        )
+        if not reply.done:
+            return None
+        return Task.from_pb(reply.task, self.name)
+
+    async def call(
+        self,
+        payload: Payload = b"",
+        timeout: DurationLike = "30s",
+        id: Optional[str] = None,
+        group: Optional[str] = None,
+        priority: int = 0,
+        max_attempts: int = 0,
+    ) -> bytes:
+        """A remote call through the queue: enqueues one task and waits up to `timeout`
+        (at most 1 h) for a worker's result. The id is made before the first try, so a
+        retried call joins the task its first try made. A task that went dead or was
+        cancelled raises `TaskFailed` with its last error; not done in time,
+        `DeadlineExceeded`."""
+        spec = TaskSpec(payload, id, None, None, group, priority, max_attempts)
+        request = queue_pb2.EnqueueRequest(queue=self.name, tasks=[_spec(spec)])
+        request.wait.CopyFrom(duration(timeout, "timeout"))
+        reply = await self._rpc.call(
+            self._rpc.queues.Enqueue, request, deadline=seconds(timeout, "timeout") + WAIT_MARGIN
+        )
+        result = reply.results[0]
+        if not result.done:
+            raise DeadlineExceeded(f"task {result.id} not done within {timeout}")
+        task = Task.from_pb(result.task, self.name)
+        if task.state != "completed":
+            raise TaskFailed(task.id, task.state, task.last_error)
+        return task.result
 
     async def redrive(self, ids: Optional[Sequence[str]] = None) -> int:
         """Moves DEAD tasks (these, or all) back to READY; how many moved."""
@@ -146,8 +202,10 @@ class Queue:
         group_max_in_flight: Optional[int] = None,
         rate_limit: Optional[RateLimit] = None,
         group_rate_limit: Optional[RateLimit] = None,
+        keep_completed: Optional[Retention] = None,
     ) -> QueueConfig:
-        """Changes the fields given (a `RateLimit(0)` removes a limit); the config now."""
+        """Changes the fields given (a `RateLimit(0)` removes a limit, a `Retention()`
+        keeps nothing); the config now."""
         request = queue_pb2.ConfigureQueueRequest(queue=self.name)
         if paused is not None:
             request.paused = paused
@@ -159,5 +217,9 @@ class Queue:
             request.rate_limit.CopyFrom(_rate(rate_limit))
         if group_rate_limit is not None:
             request.group_rate_limit.CopyFrom(_rate(group_rate_limit))
+        if keep_completed is not None:
+            request.keep_completed.count = keep_completed.count
+            if keep_completed.age:
+                request.keep_completed.age.CopyFrom(duration(keep_completed.age, "keep_completed.age"))
         reply = await self._rpc.call(self._rpc.queues.ConfigureQueue, request)
         return QueueConfig.from_pb(reply.config)

@@ -27,7 +27,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 import grpc
 import grpc.aio
 
-from ._convert import DurationLike, seconds
+from ._convert import DurationLike, payload_bytes, seconds
 from ._rpc import FINAL, RETRY, Backoff, Rpc
 from .errors import TurnstileError, from_rpc_error
 from .types import Fail, Retry, Task
@@ -37,6 +37,17 @@ log = logging.getLogger("turnstile_client")
 
 ACK_BATCH = 64
 """The most receipts one Ack carries."""
+
+MAX_RESULT_BYTES = 64 * 1024
+"""The most bytes a handler's result may hold (the server refuses more)."""
+
+
+def result_bytes(value: Any) -> Optional[bytes]:
+    """A handler's return value as its task's result: None is none, bytes as they are,
+    a str as UTF-8, anything else as JSON."""
+    if value is None:
+        return None
+    return payload_bytes(value)
 
 
 Handler = Callable[[Task], Any]
@@ -66,13 +77,16 @@ class _Acks:
         self._rpc = rpc
         self._queue = queue
         self.pending: List[str] = []
+        self.results: Dict[str, bytes] = {}
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
         self.held = False
 
-    def add(self, receipt: str) -> None:
+    def add(self, receipt: str, result: Optional[bytes] = None) -> None:
         self.pending.append(receipt)
+        if result is not None:
+            self.results[receipt] = result
         self._idle.clear()
         if not self.held:
             self._wake.set()
@@ -90,9 +104,11 @@ class _Acks:
                 self._idle.set()
 
     async def _send(self, receipts: List[str]) -> None:
+        results = {r: self.results.pop(r) for r in receipts if r in self.results}
         try:
             reply = await self._rpc.call(
-                self._rpc.queues.Ack, queue_pb2.AckRequest(queue=self._queue, receipts=receipts)
+                self._rpc.queues.Ack,
+                queue_pb2.AckRequest(queue=self._queue, receipts=receipts, results=results),
             )
         except TurnstileError as err:
             # Unacked deliveries come back when their leases end: at least once, not lost.
@@ -123,6 +139,8 @@ class _Run:
         self.task = task
         self.future: Optional[asyncio.Task[None]] = None
         self.lost = False
+        # The server cancelled the task while it ran (`cancel(ids, running=True)`).
+        self.stopped = False
 
 
 class Worker:
@@ -165,6 +183,7 @@ class Worker:
         self._unstarted: List[str] = []
         self._held_nacks: List[Tuple[str, float, str, bool]] = []
         self._cut: Set[str] = set()
+        self._ending: Set["asyncio.Task[bool]"] = set()
 
     def stop(self) -> None:
         """Asks `run()` to drain and return; safe from any thread and from a signal."""
@@ -221,8 +240,11 @@ class Worker:
             try:
                 async for message in call:
                     attempt = 0
-                    if message.WhichOneof("event") == "task":
+                    event = message.WhichOneof("event")
+                    if event == "task":
                         self._deliver(message.task)
+                    elif event == "cancelled":
+                        self._stop_task(message.cancelled.receipt)
             except grpc.aio.AioRpcError as err:
                 if err.code() in FINAL:
                     raise from_rpc_error(err) from None
@@ -247,6 +269,32 @@ class Worker:
         self._running[receipt] = run
         run.future = asyncio.create_task(self._handle(run))
 
+    def _stop_task(self, receipt: str) -> None:
+        """The server cancelled a task this worker runs: its handler's cancellation
+        fires (an async handler is cancelled; a plain one sees `task.cancelled` set), and
+        its delivery is ended at once (it ends as cancelled on the server)."""
+        run = self._running.get(receipt)
+        if run is None or run.stopped:
+            return
+        run.stopped = True
+        run.task.cancelled.set()
+        if self._is_async and run.future is not None:
+            run.future.cancel()
+
+    def _end_stopped(self, run: _Run) -> None:
+        """Ends a cancelled delivery now instead of at its lease's end (a Nack, which
+        the server turns into the task's end as cancelled)."""
+        if run.task.receipt in self._cut:
+            return
+        if self._draining:
+            self._held_nacks.append((run.task.receipt, 0.0, "cancelled while it ran", False))
+            return
+        ending = asyncio.create_task(
+            self._send_nack(run.task.receipt, 0.0, "cancelled while it ran")
+        )
+        self._ending.add(ending)
+        ending.add_done_callback(self._ending.discard)
+
     async def _invoke(self, task: Task) -> Any:
         if self._is_async:
             return await self._handler(task)
@@ -259,8 +307,15 @@ class Worker:
         self._hook(self.hooks.on_start, task)
         try:
             try:
-                await self._invoke(task)
+                value = await self._invoke(task)
+                result = result_bytes(value)
+                if result is not None and len(result) > MAX_RESULT_BYTES:
+                    raise Fail(
+                        f"its result is {len(result)} bytes, over the limit of {MAX_RESULT_BYTES}"
+                    )
             except asyncio.CancelledError:
+                if run.stopped:
+                    self._end_stopped(run)
                 return  # cut by the drain (given back there) or by a lost lease
             except Retry as retry:
                 delay = seconds(retry.delay, "delay")
@@ -275,7 +330,9 @@ class Worker:
             else:
                 if run.lost or task.receipt in self._cut:
                     return  # its lease is gone or the drain gave it back: not ours to ack
-                self._acks.add(task.receipt)
+                # (A task cancelled while it ran that finished anyway: its Ack ends it as
+                # cancelled on the server.)
+                self._acks.add(task.receipt, result)
                 self._hook(self.hooks.on_success, task)
         finally:
             extender.cancel()
@@ -334,6 +391,10 @@ class Worker:
                 run.task.cancelled.set()
                 if self._is_async and run.future is not None:
                     run.future.cancel()
+                return
+            if reply.cancelled:
+                log.info("task %s cancelled while it ran; cancelling its handler", run.task.id)
+                self._stop_task(run.task.receipt)
                 return
 
     async def _drain(self, stream: "asyncio.Task[None]") -> None:

@@ -16,7 +16,17 @@ from ._convert import DurationLike, Payload
 from ._rpc import Backoff, Rpc
 from .aio import DEFAULT_TTL, AsyncClient
 from .errors import LeaseLost
-from .types import Enqueued, LockState, QueueConfig, RateLimit, Schedule, Stats, Task, TaskSpec
+from .types import (
+    Enqueued,
+    LockState,
+    QueueConfig,
+    RateLimit,
+    Retention,
+    Schedule,
+    Stats,
+    Task,
+    TaskSpec,
+)
 
 T = TypeVar("T")
 
@@ -123,8 +133,20 @@ class Queue:
     def peek(self, state: str = "ready", limit: int = 10) -> List[Task]:
         return self._loop.run(self._queue.peek(state, limit))
 
-    def cancel(self, ids: Sequence[str]) -> List[str]:
-        return self._loop.run(self._queue.cancel(ids))
+    def cancel(self, ids: Sequence[str], running: bool = False) -> List[str]:
+        return self._loop.run(self._queue.cancel(ids, running))
+
+    def get(self, id: str) -> Task:
+        """The task with its delivery history, last error, progress and result."""
+        return self._loop.run(self._queue.get(id))
+
+    def wait(self, id: str, timeout: DurationLike) -> Optional[Task]:
+        """The task once done (completed, dead, cancelled), or None after `timeout`."""
+        return self._loop.run(self._queue.wait(id, timeout))
+
+    def call(self, payload: Payload = b"", timeout: DurationLike = "30s", **options: Any) -> bytes:
+        """Enqueues one task and returns a worker's result (see `AsyncClient`'s)."""
+        return self._loop.run(self._queue.call(payload, timeout, **options))
 
     def redrive(self, ids: Optional[Sequence[str]] = None) -> int:
         return self._loop.run(self._queue.redrive(ids))
@@ -142,10 +164,16 @@ class Queue:
         group_max_in_flight: Optional[int] = None,
         rate_limit: Optional[RateLimit] = None,
         group_rate_limit: Optional[RateLimit] = None,
+        keep_completed: Optional[Retention] = None,
     ) -> QueueConfig:
         return self._loop.run(
             self._queue.configure(
-                paused, max_in_flight, group_max_in_flight, rate_limit, group_rate_limit
+                paused,
+                max_in_flight,
+                group_max_in_flight,
+                rate_limit,
+                group_rate_limit,
+                keep_completed,
             )
         )
 

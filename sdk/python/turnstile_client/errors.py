@@ -90,6 +90,17 @@ class LeaseLost(TurnstileError):
         self.reason = reason
 
 
+class TaskFailed(TurnstileError):
+    """A task `call` waited for ended without a result: DEAD (`state` "dead") or
+    cancelled (`state` "cancelled"), with its last error."""
+
+    def __init__(self, id: str, state: str, last_error: str) -> None:
+        super().__init__(f"task {id} ended {state}" + (f": {last_error}" if last_error else ""))
+        self.id = id
+        self.state = state
+        self.last_error = last_error
+
+
 _BY_CODE = {
     cls.code: cls
     for cls in (

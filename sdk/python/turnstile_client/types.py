@@ -6,7 +6,7 @@ import json
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Optional, Union
+from typing import Any, List, Optional, Union
 
 from ._convert import DurationLike, Payload, instant
 from .v1 import common_pb2, queue_pb2
@@ -16,8 +16,43 @@ TASK_STATES = {
     "ready": common_pb2.TASK_STATE_READY,
     "in_flight": common_pb2.TASK_STATE_IN_FLIGHT,
     "dead": common_pb2.TASK_STATE_DEAD,
+    "completed": common_pb2.TASK_STATE_COMPLETED,
+    "cancelled": common_pb2.TASK_STATE_CANCELLED,
 }
 _STATE_NAMES = {v: k for k, v in TASK_STATES.items()}
+
+
+_OUTCOMES = {
+    common_pb2.ATTEMPT_OUTCOME_ACKED: "acked",
+    common_pb2.ATTEMPT_OUTCOME_NACKED: "nacked",
+    common_pb2.ATTEMPT_OUTCOME_EXPIRED: "expired",
+    common_pb2.ATTEMPT_OUTCOME_GAVE_UP: "gave_up",
+    common_pb2.ATTEMPT_OUTCOME_CANCELLED: "cancelled",
+}
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One delivery of a task as its history keeps it: `outcome` is "acked", "nacked",
+    "expired" (its lease ran out or its stream closed), "gave_up" or "cancelled"."""
+
+    number: int
+    worker_id: str
+    leased_at: Optional[datetime]
+    ended_at: Optional[datetime]
+    outcome: str
+    error: str
+
+    @classmethod
+    def from_pb(cls, attempt: common_pb2.Attempt) -> "Attempt":
+        return cls(
+            number=attempt.number,
+            worker_id=attempt.worker_id,
+            leased_at=instant(attempt.leased_at, attempt.HasField("leased_at")),
+            ended_at=instant(attempt.ended_at, attempt.HasField("ended_at")),
+            outcome=_OUTCOMES.get(attempt.outcome, "unspecified"),
+            error=attempt.error,
+        )
 
 
 @dataclass
@@ -41,10 +76,15 @@ class Task:
     last_progress: bytes = b""
     """The latest progress a handler reported on it (`progress()`), as this delivery
     found it: where a retry may resume (empty when none was reported)."""
+    history: List[Attempt] = field(default_factory=list)
+    """Its deliveries that ended, oldest first (filled by `get`, `wait` and `call`)."""
+    result: bytes = b""
+    """What its handler returned (a finished task, from `get` when kept, and `wait`)."""
     _reported: Optional[bytes] = field(default=None, repr=False)
     _guard: threading.Lock = field(default_factory=threading.Lock, repr=False)
     cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
-    """Set when this delivery's lease is lost or the worker's drain ran out of time."""
+    """Set when this delivery's lease is lost, the task was cancelled while it ran
+    (`cancel(ids, running=True)`), or the worker's drain ran out of time."""
 
     def progress(self, data: Union[bytes, str]) -> None:
         """Records the handler's latest word on a long task (at most 4 KiB): it rides on
@@ -81,6 +121,8 @@ class Task:
             queue=queue,
             last_error=task.last_error,
             last_progress=bytes(task.progress),
+            history=[Attempt.from_pb(a) for a in task.history],
+            result=bytes(task.result),
         )
 
 
@@ -120,12 +162,23 @@ class RateLimit:
 
 
 @dataclass(frozen=True)
+class Retention:
+    """Which ended tasks a queue keeps: each at most `age` seconds after it ended (0: no
+    bound by age) and at most the newest `count` (0: no bound by count); both 0 keep
+    nothing."""
+
+    age: float = 0.0
+    count: int = 0
+
+
+@dataclass(frozen=True)
 class QueueConfig:
     paused: bool
     max_in_flight: int
     rate_limit: Optional[RateLimit]
     group_max_in_flight: int
     group_rate_limit: Optional[RateLimit]
+    keep_completed: Optional[Retention] = None
 
     @classmethod
     def from_pb(cls, config: queue_pb2.QueueConfig) -> "QueueConfig":
@@ -141,6 +194,11 @@ class QueueConfig:
             rate_limit=rate(config.rate_limit, config.HasField("rate_limit")),
             group_max_in_flight=config.group_max_in_flight,
             group_rate_limit=rate(config.group_rate_limit, config.HasField("group_rate_limit")),
+            keep_completed=(
+                Retention(config.keep_completed.age.ToTimedelta().total_seconds(), config.keep_completed.count)
+                if config.HasField("keep_completed")
+                else None
+            ),
         )
 
 
