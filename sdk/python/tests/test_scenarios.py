@@ -509,7 +509,7 @@ def test_a_running_task_cancelled_fires_its_handler_s_cancellation(server: Serve
         assert queue.cancel(["forever"], running=True) == ["forever"]
         ended = queue.wait("forever", "30s")
         assert ended is not None and ended.state == "cancelled"
-        assert told.is_set()
+        assert told.wait(30)
         [attempt] = ended.history
         assert (attempt.outcome, attempt.worker_id) == ("cancelled", worker.worker_id)
         stats = queue.stats()

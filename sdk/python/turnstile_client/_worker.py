@@ -272,14 +272,17 @@ class Worker:
     def _stop_task(self, receipt: str) -> None:
         """The server cancelled a task this worker runs: its handler's cancellation
         fires (an async handler is cancelled; a plain one sees `task.cancelled` set), and
-        its delivery is ended at once (it ends as cancelled on the server)."""
+        its delivery is ended at once (it ends as cancelled on the server); what the
+        handler does after is not reported."""
         run = self._running.get(receipt)
-        if run is None or run.stopped:
+        if run is None or run.stopped or run.lost:
             return
         run.stopped = True
+        run.lost = True
         run.task.cancelled.set()
         if self._is_async and run.future is not None:
             run.future.cancel()
+        self._end_stopped(run)
 
     def _end_stopped(self, run: _Run) -> None:
         """Ends a cancelled delivery now instead of at its lease's end (a Nack, which
@@ -314,9 +317,9 @@ class Worker:
                         f"its result is {len(result)} bytes, over the limit of {MAX_RESULT_BYTES}"
                     )
             except asyncio.CancelledError:
-                if run.stopped:
-                    self._end_stopped(run)
-                return  # cut by the drain (given back there) or by a lost lease
+                # Cut by the drain (given back there), by a lost lease, or cancelled by
+                # the server (ended in _stop_task).
+                return
             except Retry as retry:
                 delay = seconds(retry.delay, "delay")
                 self._hook(self.hooks.on_retry, task, delay)
@@ -329,9 +332,9 @@ class Worker:
                 await self._nack(run, self.backoff.delay(task.attempt), err)
             else:
                 if run.lost or task.receipt in self._cut:
-                    return  # its lease is gone or the drain gave it back: not ours to ack
-                # (A task cancelled while it ran that finished anyway: its Ack ends it as
-                # cancelled on the server.)
+                    # Its lease is gone, the server cancelled it, or the drain gave it
+                    # back: not ours to ack.
+                    return
                 self._acks.add(task.receipt, result)
                 self._hook(self.hooks.on_success, task)
         finally:

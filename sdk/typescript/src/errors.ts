@@ -59,6 +59,18 @@ export class LeaseLost extends TurnstileError {
   }
 }
 
+/** A task `call` waited for ended without a result: DEAD (`state` "dead") or
+ * cancelled (`state` "cancelled"), with its last error. */
+export class TaskFailed extends TurnstileError {
+  constructor(
+    readonly taskId: string,
+    readonly state: string,
+    readonly lastError: string,
+  ) {
+    super(`task ${taskId} ended ${state}${lastError ? `: ${lastError}` : ""}`);
+  }
+}
+
 const byCode: Partial<Record<Status, new (message: string) => TurnstileError>> = {
   [Status.INVALID_ARGUMENT]: InvalidArgument,
   [Status.UNAUTHENTICATED]: Unauthenticated,

@@ -10,4 +10,4 @@ export { Queue } from "./queue.js";
 export { protos, type ClientOptions } from "./rpc.js";
 export { Schedules, type ScheduleSpec } from "./schedules.js";
 export * from "./types.js";
-export { Worker, defaultWorkerId, type Handler, type WorkerHooks, type WorkerOptions } from "./worker.js";
+export { MAX_RESULT_BYTES, Worker, defaultWorkerId, type Handler, type WorkerHooks, type WorkerOptions } from "./worker.js";

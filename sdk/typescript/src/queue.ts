@@ -4,10 +4,14 @@
  */
 import { randomUUID } from "node:crypto";
 
-import { duration, instant, millis, payloadBytes, timestamp, type Payload } from "./convert.js";
-import { InvalidArgument } from "./errors.js";
+import { duration, instant, millis, payloadBytes, timestamp, type DurationLike, type Payload } from "./convert.js";
+import { DeadlineExceeded, InvalidArgument, TaskFailed } from "./errors.js";
 import type { Message, Rpc } from "./rpc.js";
-import { STATE_WIRE, Task, type Enqueued, type QueueConfig, type RateLimit, type Stats, type TaskSpec, type TaskState } from "./types.js";
+import { STATE_WIRE, Task, type Enqueued, type QueueConfig, type RateLimit, type Retention, type Stats, type TaskSpec, type TaskState } from "./types.js";
+
+/** How much longer than a wait's own timeout its call may take (ms): the server answers
+ * "not done" at the timeout, and that answer must not be cut by the call's deadline. */
+const WAIT_MARGIN = 5000;
 
 function wireSpec(spec: TaskSpec): Message {
   const onDuplicate = spec.onDuplicate ?? "keep";
@@ -45,6 +49,9 @@ export function configFrom(wire: Message): QueueConfig {
     rateLimit: rateFrom(wire.rate_limit),
     groupMaxInFlight: wire.group_max_in_flight,
     groupRateLimit: rateFrom(wire.group_rate_limit),
+    keepCompleted: wire.keep_completed
+      ? { age: Number(wire.keep_completed.age?.seconds ?? 0) * 1000 + (wire.keep_completed.age?.nanos ?? 0) / 1e6, count: wire.keep_completed.count }
+      : undefined,
   };
 }
 
@@ -86,9 +93,42 @@ export class Queue {
     return reply.tasks.map((t: Message) => new Task(t, this.name));
   }
 
-  /** Removes tasks that are not in flight; the ids removed. */
-  async cancel(ids: string[]): Promise<string[]> {
-    return (await this.rpc.call(this.rpc.queues, "Cancel", { queue: this.name, ids })).cancelled;
+  /** Removes tasks that are not in flight; with `running`, also cancels those in flight
+   * (their workers' handlers' signals abort; they end "cancelled"). The ids removed or
+   * cancelled. */
+  async cancel(ids: string[], options: { running?: boolean } = {}): Promise<string[]> {
+    return (await this.rpc.call(this.rpc.queues, "Cancel", { queue: this.name, ids, running: options.running ?? false })).cancelled;
+  }
+
+  /** The task in whatever state, with its delivery history, last error, progress and (a
+   * kept completed task) result; `NotFound` when the queue does not hold it. */
+  async get(id: string): Promise<Task> {
+    return new Task(await this.rpc.call(this.rpc.queues, "GetTask", { queue: this.name, id }), this.name);
+  }
+
+  /** Waits up to `timeout` (at most 1 h) for the task to be done (completed, dead or
+   * cancelled): the task as it ended, with its result and history, or undefined when it
+   * was not done in time. */
+  async wait(id: string, timeout: DurationLike): Promise<Task | undefined> {
+    const ms = millis(timeout, "timeout");
+    const reply = await this.rpc.call(this.rpc.queues, "Wait", { queue: this.name, id, timeout: duration(ms, "timeout") }, ms + WAIT_MARGIN);
+    return reply.done ? new Task(reply.task, this.name) : undefined;
+  }
+
+  /** A remote call through the queue: enqueues one task and waits up to `timeout` (at
+   * most 1 h) for a worker's result. The id is made before the first try, so a retried
+   * call joins the task its first try made. A task that went dead or was cancelled
+   * rejects with `TaskFailed` and its last error; one not done in time, with
+   * `DeadlineExceeded`. */
+  async call(payload: Payload, timeout: DurationLike, options: Omit<TaskSpec, "payload" | "delay" | "at"> = {}): Promise<Buffer> {
+    const ms = millis(timeout, "timeout");
+    const request = { queue: this.name, tasks: [wireSpec({ ...options, payload })], wait: duration(ms, "timeout") };
+    const reply = await this.rpc.call(this.rpc.queues, "Enqueue", request, ms + WAIT_MARGIN);
+    const result = reply.results[0];
+    if (!result.done) throw new DeadlineExceeded(`task ${result.id} not done within ${ms} ms`);
+    const task = new Task(result.task, this.name);
+    if (task.state !== "completed") throw new TaskFailed(task.id, task.state, task.lastError);
+    return task.result;
   }
 
   /** Moves DEAD tasks (these, or all) back to READY; how many moved. */
@@ -117,6 +157,8 @@ export class Queue {
     groupMaxInFlight?: number;
     rateLimit?: RateLimit;
     groupRateLimit?: RateLimit;
+    /** Keep acked and cancelled tasks; `{}` keeps nothing. */
+    keepCompleted?: Retention;
   }): Promise<QueueConfig> {
     const request: Message = { queue: this.name };
     if (change.paused !== undefined) request.paused = change.paused;
@@ -124,6 +166,10 @@ export class Queue {
     if (change.groupMaxInFlight !== undefined) request.group_max_in_flight = change.groupMaxInFlight;
     if (change.rateLimit) request.rate_limit = wireRate(change.rateLimit);
     if (change.groupRateLimit) request.group_rate_limit = wireRate(change.groupRateLimit);
+    if (change.keepCompleted) {
+      request.keep_completed = { count: change.keepCompleted.count ?? 0 };
+      if (change.keepCompleted.age !== undefined) request.keep_completed.age = duration(change.keepCompleted.age, "keepCompleted.age");
+    }
     return configFrom((await this.rpc.call(this.rpc.queues, "ConfigureQueue", request)).config);
   }
 }

@@ -3,20 +3,58 @@ import { instant } from "./convert.js";
 import type { DurationLike, Payload } from "./convert.js";
 import type { Message } from "./rpc.js";
 
-export type TaskState = "delayed" | "ready" | "in_flight" | "dead";
+export type TaskState = "delayed" | "ready" | "in_flight" | "dead" | "completed" | "cancelled";
 
 const STATE_NAMES: Record<string, TaskState> = {
   TASK_STATE_DELAYED: "delayed",
   TASK_STATE_READY: "ready",
   TASK_STATE_IN_FLIGHT: "in_flight",
   TASK_STATE_DEAD: "dead",
+  TASK_STATE_COMPLETED: "completed",
+  TASK_STATE_CANCELLED: "cancelled",
 };
 export const STATE_WIRE: Record<TaskState, string> = {
   delayed: "TASK_STATE_DELAYED",
   ready: "TASK_STATE_READY",
   in_flight: "TASK_STATE_IN_FLIGHT",
   dead: "TASK_STATE_DEAD",
+  completed: "TASK_STATE_COMPLETED",
+  cancelled: "TASK_STATE_CANCELLED",
 };
+
+/** How a delivery ended. */
+export type Outcome = "acked" | "nacked" | "expired" | "gave_up" | "cancelled";
+
+const OUTCOME_NAMES: Record<string, Outcome> = {
+  ATTEMPT_OUTCOME_ACKED: "acked",
+  ATTEMPT_OUTCOME_NACKED: "nacked",
+  ATTEMPT_OUTCOME_EXPIRED: "expired",
+  ATTEMPT_OUTCOME_GAVE_UP: "gave_up",
+  ATTEMPT_OUTCOME_CANCELLED: "cancelled",
+};
+
+/** One delivery of a task as its history keeps it. */
+export interface Attempt {
+  number: number;
+  /** The Subscribe stream's `workerId` ("" for `Lease`). */
+  workerId: string;
+  leasedAt: Date | undefined;
+  endedAt: Date | undefined;
+  /** "expired": its lease ran out or its stream closed. */
+  outcome: Outcome;
+  error: string;
+}
+
+function attemptFrom(wire: Message): Attempt {
+  return {
+    number: wire.number,
+    workerId: wire.worker_id ?? "",
+    leasedAt: instant(wire.leased_at),
+    endedAt: instant(wire.ended_at),
+    outcome: OUTCOME_NAMES[wire.outcome] ?? "nacked",
+    error: wire.error ?? "",
+  };
+}
 
 /** A task as delivered to a worker (with `receipt` and `signal`) or as peeked. */
 export class Task {
@@ -36,8 +74,13 @@ export class Task {
   /** The latest progress a handler reported on it (`progress()`), as this delivery found
    * it: where a retry may resume (empty when none was reported). */
   readonly lastProgress: Buffer;
+  /** Its deliveries that ended, oldest first (filled by `get`, `wait` and `call`). */
+  readonly history: Attempt[];
+  /** What its handler returned (a finished task, from `get` when kept, and `wait`). */
+  readonly result: Buffer;
   private reported: Buffer | undefined;
-  /** Aborted when this delivery's lease is lost or the worker's drain ran out of time. */
+  /** Aborted when this delivery's lease is lost, the task was cancelled while it ran
+   * (`cancel(ids, { running: true })`), or the worker's drain ran out of time. */
   readonly signal: AbortSignal;
 
   constructor(wire: Message, readonly queue: string, signal?: AbortSignal) {
@@ -54,6 +97,8 @@ export class Task {
     this.leaseExpiresAt = instant(wire.lease_expires_at);
     this.lastError = wire.last_error ?? "";
     this.lastProgress = Buffer.from(wire.progress ?? []);
+    this.history = (wire.history ?? []).map(attemptFrom);
+    this.result = Buffer.from(wire.result ?? []);
     this.signal = signal ?? new AbortController().signal;
   }
 
@@ -108,12 +153,21 @@ export interface RateLimit {
   burst?: number;
 }
 
+/** Which ended tasks a queue keeps: each at most `age` after it ended (0: no bound by
+ * age) and at most the newest `count` (0: no bound by count); both 0 keep nothing. */
+export interface Retention {
+  age?: DurationLike;
+  count?: number;
+}
+
 export interface QueueConfig {
   paused: boolean;
   maxInFlight: number;
   rateLimit: RateLimit | undefined;
   groupMaxInFlight: number;
   groupRateLimit: RateLimit | undefined;
+  /** Which acked and cancelled tasks it keeps (undefined: none). */
+  keepCompleted: { age: number; count: number } | undefined;
 }
 
 export interface Stats {

@@ -13,13 +13,23 @@ import type * as grpc from "@grpc/grpc-js";
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 
-import { Backoff, RETRY, duration, millis, sleep, type DurationLike } from "./convert.js";
+import { Backoff, RETRY, duration, millis, payloadBytes, sleep, type DurationLike } from "./convert.js";
 import { fromGrpcError } from "./errors.js";
 import { FINAL, type Message, type Rpc } from "./rpc.js";
 import { Fail, Retry, Task } from "./types.js";
 
 /** The most receipts one Ack carries. */
 export const ACK_BATCH = 64;
+
+/** The most bytes a handler's result may hold (the server refuses more). */
+export const MAX_RESULT_BYTES = 64 * 1024;
+
+/** A handler's return value as its task's result: undefined and null are none, a Buffer
+ * as it is, a string as UTF-8, anything else as JSON. */
+export function resultBytes(value: unknown): Buffer | undefined {
+  if (value === undefined || value === null) return undefined;
+  return payloadBytes(value);
+}
 
 /** A Nack to send: the delivery, when it is due again, and why. */
 interface Nack {
@@ -68,12 +78,16 @@ interface Run {
   task: Task;
   controller: AbortController;
   done: Promise<void>;
+  /** Its end is not the handler's to report: its lease is gone, or the server
+   * cancelled it (and its end was reported then). */
   lost: boolean;
 }
 
 /** Receipts to ack, sent as soon as no Ack is in flight (at most ACK_BATCH each). */
 class Acks {
   pending: string[] = [];
+  /** Results by receipt, sent with their acks. */
+  results = new Map<string, Buffer>();
   held = false;
   private sending: Promise<void> | undefined;
 
@@ -82,16 +96,23 @@ class Acks {
     private readonly queue: string,
   ) {}
 
-  add(receipt: string): void {
+  add(receipt: string, result?: Buffer): void {
     this.pending.push(receipt);
+    if (result !== undefined) this.results.set(receipt, result);
     if (!this.held && !this.sending) this.sending = this.send();
   }
 
   private async send(): Promise<void> {
     while (this.pending.length && !this.held) {
       const batch = this.pending.slice(0, ACK_BATCH);
+      const results: Record<string, Buffer> = {};
+      for (const receipt of batch) {
+        const result = this.results.get(receipt);
+        if (result !== undefined) results[receipt] = result;
+        this.results.delete(receipt);
+      }
       try {
-        await this.rpc.call(this.rpc.queues, "Ack", { queue: this.queue, receipts: batch });
+        await this.rpc.call(this.rpc.queues, "Ack", { queue: this.queue, receipts: batch, results });
       } catch {
         // Unacked deliveries come back when their leases end: at least once, not lost.
       }
@@ -211,6 +232,7 @@ export class Worker {
         for await (const message of call) {
           attempt = 1;
           if (message.event === "task") this.deliver(message.task);
+          else if (message.event === "cancelled") this.stopTask(message.cancelled.receipt);
         }
       } catch (err) {
         if (this.draining) return;
@@ -239,21 +261,38 @@ export class Worker {
     run.done = this.handle(run);
   }
 
+  /** The server cancelled a task this worker runs: its signal aborts, and its delivery
+   * is ended now (a Nack, which the server turns into the task's end as cancelled);
+   * what the handler does after is not reported. */
+  private stopTask(receipt: string): void {
+    const run = this.running.get(receipt);
+    if (!run || run.lost) return;
+    run.lost = true;
+    run.controller.abort(new Error("the task was cancelled while it ran"));
+    const nack: Nack = { receipt, delay: 0, error: "cancelled while it ran", giveUp: false };
+    if (this.draining) this.heldNacks.push(nack);
+    else void this.nack(nack);
+  }
+
   private async handle(run: Run): Promise<void> {
     const { task } = run;
     const extender = this.extend(run);
     this.hook(this.hooks.onStart, task);
     try {
-      let outcome: { ok: true } | { ok: false; error: unknown };
+      let outcome: { ok: true; result: Buffer | undefined } | { ok: false; error: unknown };
       try {
-        await this.handler(task);
-        outcome = { ok: true };
+        const result = resultBytes(await this.handler(task));
+        if (result !== undefined && result.length > MAX_RESULT_BYTES) {
+          throw new Fail(`its result is ${result.length} bytes, over the limit of ${MAX_RESULT_BYTES}`);
+        }
+        outcome = { ok: true, result };
       } catch (error) {
         outcome = { ok: false, error };
       }
-      if (run.lost || this.cut.has(task.receipt)) return; // its lease is gone or the drain gave it back
+      // Its lease is gone, the server cancelled it, or the drain gave it back.
+      if (run.lost || this.cut.has(task.receipt)) return;
       if (outcome.ok) {
-        this.acks.add(task.receipt);
+        this.acks.add(task.receipt, outcome.result);
         this.hook(this.hooks.onSuccess, task);
         return;
       }
@@ -307,6 +346,10 @@ export class Worker {
         if (!reply.extended && !state.stopped) {
           run.lost = true;
           run.controller.abort(new Error("the task's lease was lost"));
+          return;
+        }
+        if (reply.cancelled && !state.stopped) {
+          this.stopTask(run.task.receipt);
           return;
         }
       } catch {

@@ -9,7 +9,7 @@ import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { after, afterEach, before, test } from "node:test";
 
-import { Backoff, Client, Fail, InvalidArgument, LeaseLost, Retry, Unauthenticated, type LockState, type Task } from "@turnstile/client";
+import { Backoff, Client, Fail, InvalidArgument, LeaseLost, NotFound, Retry, TaskFailed, Unauthenticated, type LockState, type Task } from "@turnstile/client";
 
 import { Redis, Server, eventually } from "./harness.js";
 
@@ -408,4 +408,70 @@ test("watch is reopened after its server restarts", async () => {
   await lease.release();
   stop.abort();
   await states.return(undefined);
+});
+
+test("a call returns the handler's result, and a failed one rejects with its reason", async () => {
+  const s = await server();
+  const c = client(s.url);
+  const worker = c.worker(
+    "squares",
+    async (task: Task) => {
+      const { n } = task.json<{ n: number }>();
+      if (n === 13) throw new Fail("unlucky");
+      return { square: n * n };
+    },
+    { concurrency: 2, handleSignals: false },
+  );
+  const running = worker.run();
+  const queue = c.queue("squares");
+  assert.equal((await queue.call({ n: 7 }, "30s", { id: "seven" })).toString(), '{"square":49}');
+  await assert.rejects(queue.call({ n: 13 }, "30s", { id: "thirteen" }), (err: unknown) => {
+    assert.ok(err instanceof TaskFailed);
+    assert.deepEqual([err.state, err.lastError], ["dead", "unlucky"]);
+    return true;
+  });
+  const story = await queue.get("thirteen");
+  assert.deepEqual(
+    story.history.map((a) => [a.number, a.outcome, a.error]),
+    [[1, "gave_up", "unlucky"]],
+  );
+  // A finished task that is not kept is gone; waiting for it runs out.
+  await assert.rejects(queue.get("seven"), NotFound);
+  assert.equal(await queue.wait("seven", "200ms"), undefined);
+  await worker.close();
+  await running;
+});
+
+test("a running task cancelled aborts its handler's signal and ends cancelled", async () => {
+  const s = await server();
+  const c = client(s.url);
+  const queue = c.queue("endless");
+  // Kept once ended, so a wait begun after the end still finds it.
+  await queue.configure({ keepCompleted: { count: 10 } });
+  let started = false;
+  let aborted = false;
+  const worker = c.worker(
+    "endless",
+    async (task: Task) => {
+      started = true;
+      await new Promise<void>((resolve) => task.signal.addEventListener("abort", () => resolve(), { once: true }));
+      aborted = true;
+    },
+    { handleSignals: false },
+  );
+  const running = worker.run();
+  await queue.enqueue("x", { id: "forever" });
+  await eventually("the handler started", async () => started);
+  assert.deepEqual(await queue.cancel(["forever"], { running: true }), ["forever"]);
+  const ended = await queue.wait("forever", "30s");
+  assert.equal(ended?.state, "cancelled");
+  assert.deepEqual(
+    ended?.history.map((a) => [a.outcome, a.workerId]),
+    [["cancelled", worker.workerId]],
+  );
+  await eventually("the handler's signal aborted", async () => aborted);
+  const stats = await queue.stats();
+  assert.deepEqual([stats.ready, stats.inFlight, stats.dead], [0, 0, 0]);
+  await worker.close();
+  await running;
 });
