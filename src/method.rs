@@ -32,6 +32,7 @@ pub enum Method {
     Subscribe,
     GetTask,
     Wait,
+    ListTasks,
     // ScheduleService
     PutSchedule,
     GetSchedule,
@@ -58,7 +59,7 @@ pub const SEMAPHORE_SERVICE: &str = "turnstile.v1.SemaphoreService";
 
 impl Method {
     /// Every method, in the order of [`Method::index`].
-    pub const ALL: [Method; 35] = [
+    pub const ALL: [Method; 36] = [
         Method::Acquire,
         Method::Release,
         Method::Extend,
@@ -84,6 +85,7 @@ impl Method {
         Method::Subscribe,
         Method::GetTask,
         Method::Wait,
+        Method::ListTasks,
         Method::PutSchedule,
         Method::GetSchedule,
         Method::ListSchedules,
@@ -143,6 +145,7 @@ impl Method {
             Method::Subscribe => "Subscribe",
             Method::GetTask => "GetTask",
             Method::Wait => "Wait",
+            Method::ListTasks => "ListTasks",
             Method::PutSchedule => "PutSchedule",
             Method::GetSchedule => "GetSchedule",
             Method::ListSchedules => "ListSchedules",
@@ -184,7 +187,8 @@ impl Method {
             | Method::ListGroups
             | Method::Subscribe
             | Method::GetTask
-            | Method::Wait => QUEUE_SERVICE,
+            | Method::Wait
+            | Method::ListTasks => QUEUE_SERVICE,
             Method::PutSchedule
             | Method::GetSchedule
             | Method::ListSchedules
@@ -238,6 +242,7 @@ impl Method {
             (QUEUE_SERVICE, "Subscribe") => Method::Subscribe,
             (QUEUE_SERVICE, "GetTask") => Method::GetTask,
             (QUEUE_SERVICE, "Wait") => Method::Wait,
+            (QUEUE_SERVICE, "ListTasks") => Method::ListTasks,
             (SCHEDULE_SERVICE, "PutSchedule") => Method::PutSchedule,
             (SCHEDULE_SERVICE, "GetSchedule") => Method::GetSchedule,
             (SCHEDULE_SERVICE, "ListSchedules") => Method::ListSchedules,

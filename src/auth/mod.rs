@@ -43,7 +43,7 @@ pub enum Permission {
     /// Every ScheduleService RPC: `produce` or `admin` lets it through (a schedule
     /// produces tasks; an operator manages schedules). Not a name in the auth file.
     Schedule,
-    /// GetTask and Wait: `produce` or `consume` lets it through (whoever made a task
+    /// GetTask, Wait and ListTasks: `produce` or `consume` lets it through (whoever made a task
     /// or works on it may read its story), and `admin` (the dashboard's). Not a name in
     /// the auth file.
     Outcome,
@@ -112,7 +112,7 @@ impl Permission {
             | Method::ListQueues
             | Method::ListGroups
             | Method::ListLocks => Self::Admin,
-            Method::GetTask | Method::Wait => Self::Outcome,
+            Method::GetTask | Method::Wait | Method::ListTasks => Self::Outcome,
             Method::PutSchedule
             | Method::GetSchedule
             | Method::ListSchedules

@@ -177,6 +177,65 @@ fn attempt_message(attempt: Attempt) -> pb::Attempt {
     }
 }
 
+/// A state asked for (UNSPECIFIED: READY).
+fn state_filter(state: i32) -> Result<TaskState> {
+    Ok(match pb::TaskState::try_from(state) {
+        Ok(pb::TaskState::Unspecified | pb::TaskState::Ready) => TaskState::Ready,
+        Ok(pb::TaskState::Delayed) => TaskState::Delayed,
+        Ok(pb::TaskState::InFlight) => TaskState::InFlight,
+        Ok(pb::TaskState::Dead) => TaskState::Dead,
+        Ok(pb::TaskState::Completed) => TaskState::Completed,
+        Ok(pb::TaskState::Cancelled) => TaskState::Cancelled,
+        Err(_) => return Err(Error::invalid("state", format!("unknown value {state}"))),
+    })
+}
+
+/// The longest page token of `ListTasks` (hex of state, score and member).
+const MAX_TASK_TOKEN: usize = 4 * 1024;
+
+/// A `ListTasks` page token: "t1." and the hex of "<state>\n<score>\n<member>", so a
+/// token of another state's listing is refused.
+fn task_token(state: TaskState, cursor: Option<(String, String)>) -> String {
+    let Some((score, member)) = cursor else {
+        return String::new();
+    };
+    let mut token = String::from("t1.");
+    for byte in format!("{}\n{score}\n{member}", state_name(state)).bytes() {
+        token.push_str(&format!("{byte:02x}"));
+    }
+    token
+}
+
+/// The cursor a `ListTasks` page token continues after; one we did not make for this
+/// state is INVALID_ARGUMENT naming `page_token`.
+fn task_cursor(state: TaskState, token: &str) -> Result<Option<(String, String)>> {
+    if token.is_empty() {
+        return Ok(None);
+    }
+    let refused = || Error::invalid("page_token", "not a page token of this listing");
+    let hex = token.strip_prefix("t1.").ok_or_else(refused)?;
+    if hex.len() % 2 != 0 || hex.len() > MAX_TASK_TOKEN {
+        return Err(refused());
+    }
+    let bytes = (0..hex.len())
+        .step_by(2)
+        .map(|at| u8::from_str_radix(&hex[at..at + 2], 16))
+        .collect::<Result<Vec<u8>, _>>()
+        .map_err(|_| refused())?;
+    let text = String::from_utf8(bytes).map_err(|_| refused())?;
+    let mut parts = text.splitn(3, '\n');
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(name), Some(score), Some(member)) if name == state_name(state) => {
+            Ok(Some((score.to_owned(), member.to_owned())))
+        }
+        _ => Err(refused()),
+    }
+}
+
+fn state_name(state: TaskState) -> &'static str {
+    state_message(state).as_str_name()
+}
+
 fn task_message(task: Task) -> pb::Task {
     let state = state_message(task.state);
     pb::Task {
@@ -432,6 +491,35 @@ impl QueueService for QueueApi {
         .await
     }
 
+    async fn list_tasks(
+        &self,
+        request: Request<pb::ListTasksRequest>,
+    ) -> Result<Response<pb::ListTasksResponse>, Status> {
+        rpc::unary(
+            Method::ListTasks,
+            Bound::Race,
+            request,
+            |call, r| async move {
+                let queue = queue_name(&call, &r.queue)?;
+                let state = state_filter(r.state)?;
+                let size = validate::count("page_size", r.page_size, 100, MAX_TASKS)?;
+                let group = r.group.as_deref().map(flow::group).transpose()?;
+                let cursor = task_cursor(state, &r.page_token)?;
+                let (tasks, next) = self
+                    .store
+                    .tenant(&call.tenant)
+                    .list_tasks(queue, state, group, size, cursor.as_ref())
+                    .await?;
+                record_count(tasks.len());
+                Ok(pb::ListTasksResponse {
+                    tasks: tasks.into_iter().map(task_message).collect(),
+                    next_page_token: task_token(state, next),
+                })
+            },
+        )
+        .await
+    }
+
     async fn wait(
         &self,
         request: Request<pb::WaitRequest>,
@@ -460,20 +548,7 @@ impl QueueService for QueueApi {
     ) -> Result<Response<pb::PeekResponse>, Status> {
         rpc::unary(Method::Peek, Bound::Race, request, |call, r| async move {
             let queue = queue_name(&call, &r.queue)?;
-            let state = match pb::TaskState::try_from(r.state) {
-                Ok(pb::TaskState::Unspecified | pb::TaskState::Ready) => TaskState::Ready,
-                Ok(pb::TaskState::Delayed) => TaskState::Delayed,
-                Ok(pb::TaskState::InFlight) => TaskState::InFlight,
-                Ok(pb::TaskState::Dead) => TaskState::Dead,
-                Ok(pb::TaskState::Completed) => TaskState::Completed,
-                Ok(pb::TaskState::Cancelled) => TaskState::Cancelled,
-                Err(_) => {
-                    return Err(Error::invalid(
-                        "state",
-                        format!("unknown value {}", r.state),
-                    ))
-                }
-            };
+            let state = state_filter(r.state)?;
             let limit = validate::count("limit", r.limit, 10, MAX_TASKS)?;
             let group = r.group.as_deref().map(flow::group).transpose()?;
             if group.is_some() && state != TaskState::Ready {

@@ -374,6 +374,41 @@ impl QueueStore {
             .await
     }
 
+    /// Up to `limit` tasks of `state` (of `group` only, when given) after `cursor` (the
+    /// score and member of the last entry a page looked at; none for the first page),
+    /// and the cursor of the next page (none on the last).
+    pub async fn list_tasks(
+        &self,
+        queue: &str,
+        state: TaskState,
+        group: Option<&str>,
+        limit: u32,
+        cursor: Option<&(String, String)>,
+    ) -> Result<(Vec<Task>, Option<(String, String)>)> {
+        let keys = self.keys(queue);
+        let mut call = call(&self.scripts.list_tasks, &keys);
+        call.arg(state.as_script_arg())
+            .arg(limit)
+            .arg(REPLY_BUDGET_BYTES)
+            .arg(if group.is_some() { "1" } else { "0" })
+            .arg(group.unwrap_or_default());
+        match cursor {
+            Some((score, member)) => call.arg(score).arg(member),
+            None => call.arg("").arg(""),
+        };
+        let reply: Vec<redis::Value> = self.invoke_reclaiming(&call).await?;
+        if reply.len() < 2 {
+            return Err(Error::Internal(format!(
+                "list_tasks replied {} values",
+                reply.len()
+            )));
+        }
+        let next = crate::redis::reply::string(&reply, 0)?;
+        let member = crate::redis::reply::string(&reply, 1)?;
+        let tasks = replies::task_rows(&reply[2..])?;
+        Ok((tasks, (!member.is_empty()).then_some((next, member))))
+    }
+
     /// The task `id`, in whatever state it is, with its history and result (none when
     /// the queue has no such task).
     pub async fn task(&self, queue: &str, id: &str) -> Result<Option<Task>> {

@@ -346,6 +346,7 @@ async fn the_python_examples_run_as_printed() -> TestResult {
         let fencing = block.code.contains("CheckFence(");
         let flow = block.code.contains("group_max_in_flight=1");
         let schedule = block.code.contains("PutSchedule(");
+        let call = block.code.contains(".call({");
         let watch = block.code.contains("locks.Watch(");
         let semaphore = block.code.contains("semaphores.Acquire(");
         let printed = tokio::task::spawn_blocking(move || {
@@ -384,6 +385,13 @@ async fn the_python_examples_run_as_printed() -> TestResult {
             ] {
                 assert!(printed.contains(wanted), "no {wanted:?} in {printed}");
             }
+        }
+        // A remote call through the queue: the worker's result came back.
+        if call {
+            assert!(
+                printed.contains("the worker answered {\"square\":144}"),
+                "{printed}"
+            );
         }
         // The schedule was stored and answers its next fire time.
         if schedule {
@@ -452,7 +460,10 @@ async fn the_typescript_examples_run_as_printed() -> TestResult {
         &all,
         &[
             &LIBRARY_GUIDE[..],
-            &["drained after [ 'thumb-0', 'thumb-1', 'thumb-2' ]"],
+            &[
+                "drained after [ 'thumb-0', 'thumb-1', 'thumb-2' ]",
+                "the worker answered {\"square\":144}",
+            ],
         ]
         .concat(),
     );
@@ -552,7 +563,8 @@ async fn the_rust_examples_run_as_printed() -> TestResult {
     }
     let drained = "drained after [\"thumb-0\", \"thumb-1\", \"thumb-2\"]";
     let raw = "raw stub acquired fencing token";
-    printed_all(&all, &[&LIBRARY_GUIDE[..], &[drained, raw]].concat());
+    let call = "the worker answered {\"square\":144}";
+    printed_all(&all, &[&LIBRARY_GUIDE[..], &[drained, raw, call]].concat());
     Ok(())
 }
 

@@ -11,8 +11,8 @@ use tonic::{transport::Channel, Code};
 use turnstile::pb::{
     queue_service_client::QueueServiceClient, subscribe_response::Event, AckRequest,
     AttemptOutcome, CancelRequest, ConfigureQueueRequest, EnqueueRequest, EnqueueResult,
-    GetTaskRequest, LeaseRequest, NackRequest, Retention, StatsRequest, SubscribeRequest, Task,
-    TaskSpec, TaskState, WaitRequest,
+    GetTaskRequest, LeaseRequest, ListTasksRequest, NackRequest, Retention, StatsRequest,
+    SubscribeRequest, Task, TaskSpec, TaskState, WaitRequest,
 };
 
 type Queues = QueueServiceClient<Channel>;
@@ -585,5 +585,137 @@ async fn a_running_task_cancelled_is_told_to_its_worker_and_never_comes_back(
         .into_inner();
     assert!(waited.done);
     assert_eq!(waited.task.unwrap().state(), TaskState::Cancelled);
+    Ok(())
+}
+
+async fn list_page(
+    queues: &mut Queues,
+    state: TaskState,
+    group: Option<&str>,
+    size: u32,
+    token: &str,
+) -> Result<(Vec<String>, String), tonic::Status> {
+    let page = queues
+        .list_tasks(ListTasksRequest {
+            queue: "q".into(),
+            state: state as i32,
+            group: group.map(str::to_owned),
+            page_size: size,
+            page_token: token.into(),
+        })
+        .await?
+        .into_inner();
+    Ok((
+        page.tasks.into_iter().map(|t| t.id).collect(),
+        page.next_page_token,
+    ))
+}
+
+on_each_store!(list_tasks_pages_stay_right_while_tasks_come_and_go);
+async fn list_tasks_pages_stay_right_while_tasks_come_and_go(redis: TestStore) -> TestResult {
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    // 250 READY tasks, enqueued in batches that share their due time (ties by seq).
+    let ids: Vec<String> = (0..250).map(|n| format!("t{n:03}")).collect();
+    for batch in ids.chunks(50) {
+        enqueue(&mut queues, batch.iter().map(|id| spec(id, 0)).collect()).await?;
+    }
+    let (first, token) = list_page(&mut queues, TaskState::Ready, None, 100, "").await?;
+    assert_eq!(first, ids[..100]);
+    // Meanwhile: the cursor's own task and others on both sides go; new ones come
+    // (due now: after every listed one in delivery order).
+    queues
+        .cancel(CancelRequest {
+            queue: "q".into(),
+            ids: ["t099", "t050", "t100", "t180"].map(String::from).to_vec(),
+            running: false,
+        })
+        .await?;
+    enqueue(&mut queues, vec![spec("late-1", 0), spec("late-2", 0)]).await?;
+    let mut seen = first;
+    let mut token = token;
+    while !token.is_empty() {
+        let (page, next) = list_page(&mut queues, TaskState::Ready, None, 100, &token).await?;
+        seen.extend(page);
+        token = next;
+    }
+    // Every task present for the whole listing appears exactly once, in order.
+    let whole: Vec<&String> = ids
+        .iter()
+        .filter(|id| !["t099", "t050", "t100", "t180"].contains(&id.as_str()))
+        .collect();
+    let listed: Vec<&String> = seen.iter().filter(|id| id.starts_with('t')).collect();
+    let expected: Vec<&String> = whole
+        .iter()
+        .copied()
+        .filter(|id| id.as_str() > "t099" || seen[..100].contains(id))
+        .collect();
+    assert_eq!(listed.iter().filter(|id| id.as_str() == "t180").count(), 0);
+    let mut once = listed.clone();
+    once.dedup();
+    assert_eq!(once.len(), listed.len(), "no task twice");
+    for id in &expected {
+        assert!(listed.contains(id), "{id} missing");
+    }
+    // A group's tasks only; a token of another state or made up is refused.
+    enqueue(
+        &mut queues,
+        vec![TaskSpec {
+            group: "acme".into(),
+            ..spec("g1", 0)
+        }],
+    )
+    .await?;
+    let (acme, _) = list_page(&mut queues, TaskState::Ready, Some("acme"), 10, "").await?;
+    assert_eq!(acme, ["g1"]);
+    let (_, token) = list_page(&mut queues, TaskState::Ready, None, 10, "").await?;
+    for bad in [token.as_str(), "t1.zz", "nonsense"] {
+        let state = if bad == token {
+            TaskState::Dead
+        } else {
+            TaskState::Ready
+        };
+        let refused = list_page(&mut queues, state, None, 10, bad)
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), Code::InvalidArgument);
+        assert!(refused.message().contains("page_token"), "{refused:?}");
+    }
+    Ok(())
+}
+
+on_each_store!(ended_tasks_list_by_when_they_ended);
+async fn ended_tasks_list_by_when_they_ended(redis: TestStore) -> TestResult {
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    keep_completed(&mut queues, 0, 100).await?;
+    // Enqueued a, b, c; ended c, a, b: COMPLETED lists c, a, b. DEAD the same way.
+    enqueue(&mut queues, vec![spec("a", 1), spec("b", 1), spec("c", 1)]).await?;
+    let leased = lease(&mut queues, 60_000, 10_000).await?;
+    let receipt = |id: &str| leased.iter().find(|t| t.id == id).unwrap().receipt.clone();
+    // Each end in a millisecond of its own (ends in one millisecond tie by enqueue order).
+    let next_ms = || async {
+        let mut conn = redis.conn().await;
+        let now = common::redis_now_ms(&mut conn).await;
+        wait_redis_time(&conn, now + 1).await;
+    };
+    for id in ["c", "a", "b"] {
+        ack_with(&mut queues, &receipt(id), id.as_bytes()).await?;
+        next_ms().await;
+    }
+    let (done, next) = list_page(&mut queues, TaskState::Completed, None, 10, "").await?;
+    assert_eq!(
+        (done, next.as_str()),
+        (vec!["c".into(), "a".into(), "b".to_string()], "")
+    );
+    enqueue(&mut queues, vec![spec("x", 1), spec("y", 1)]).await?;
+    let leased = lease(&mut queues, 60_000, 10_000).await?;
+    for id in ["y", "x"] {
+        let task = leased.iter().find(|t| t.id == id).unwrap();
+        queues.nack(nack(&task.receipt, "", false)).await?;
+        next_ms().await;
+    }
+    let (dead, _) = list_page(&mut queues, TaskState::Dead, None, 10, "").await?;
+    assert_eq!(dead, ["y", "x"]);
     Ok(())
 }
