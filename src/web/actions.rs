@@ -434,10 +434,19 @@ pub(super) fn selection_form_open(queue: &str) -> String {
 
 /// The buttons for the checked tasks, and the form's end.
 pub(super) fn selection_form_close(state: TaskState) -> String {
-    let button = if state == TaskState::Dead {
-        "<button type=\"submit\" name=\"do\" value=\"redrive\">Redrive selected</button>"
-    } else {
-        "<button type=\"submit\" name=\"do\" value=\"cancel\">Cancel selected</button>"
+    let button = match state {
+        TaskState::Dead => {
+            "<button type=\"submit\" name=\"do\" value=\"redrive\">Redrive selected</button>"
+        }
+        TaskState::InFlight => {
+            "<button type=\"submit\" name=\"do\" value=\"cancel-running\">Cancel selected while running</button>"
+        }
+        TaskState::Completed | TaskState::Cancelled => {
+            "<button type=\"submit\" name=\"do\" value=\"cancel\">Remove selected</button>"
+        }
+        TaskState::Ready | TaskState::Delayed => {
+            "<button type=\"submit\" name=\"do\" value=\"cancel\">Cancel selected</button>"
+        }
     };
     format!("<p class=\"controls\">{button}</p></form>\n")
 }

@@ -1,9 +1,11 @@
 //! The queue page (`/queue?name=…&state=…&page=…`): one queue's depths by state, its
 //! config, its groups with their counts, and its tasks of one state a page at a time
 //! (id, group, priority, attempts, due time, a preview of the payload as escaped text),
-//! each linking to its detail (`task.rs`). Pages are found by rank in Redis, so the
-//! thousandth page of a hundred thousand DEAD tasks costs what the first does. An admin
-//! also gets the forms of the actions (`actions.rs`): pause, limits, redrive, cancel.
+//! each linking to its detail (`task.rs`); COMPLETED and CANCELLED tabs when the queue
+//! keeps ended tasks. Pages are found by rank in Redis, so the thousandth page of a
+//! hundred thousand DEAD tasks costs what the first does. An admin also gets the forms
+//! of the actions (`actions.rs`): pause, limits, redrive, cancel (also of running
+//! tasks).
 
 use std::{fmt::Write, sync::Arc};
 
@@ -43,11 +45,15 @@ pub(super) struct QueueQuery {
     page: Option<u64>,
 }
 
-pub(super) const STATES: [(&str, TaskState, &str); 4] = [
+/// The tabs: the four states every queue has, then the two a queue that keeps ended
+/// tasks has (shown when it keeps them or holds some).
+pub(super) const STATES: [(&str, TaskState, &str); 6] = [
     ("ready", TaskState::Ready, "Ready"),
     ("delayed", TaskState::Delayed, "Delayed"),
     ("in_flight", TaskState::InFlight, "In flight"),
     ("dead", TaskState::Dead, "Dead"),
+    ("completed", TaskState::Completed, "Completed"),
+    ("cancelled", TaskState::Cancelled, "Cancelled"),
 ];
 
 pub(super) async fn queue(
@@ -82,9 +88,10 @@ pub(super) async fn render(
         TaskState::Delayed => stats.delayed,
         TaskState::InFlight => stats.in_flight,
         TaskState::Dead => stats.dead,
-        // Not among the tabs (STATES): kept tasks are counted in no depth.
-        TaskState::Completed | TaskState::Cancelled => 0,
+        TaskState::Completed => stats.completed,
+        TaskState::Cancelled => stats.cancelled,
     };
+    let keeps = stats.config.keep_completed.is_some() || stats.completed + stats.cancelled > 0;
     let pages = in_state.div_ceil(u64::from(TASKS_PER_PAGE)).max(1);
     let page = query.page.unwrap_or(1).clamp(1, pages);
     let skip = (page - 1) * u64::from(TASKS_PER_PAGE);
@@ -136,7 +143,11 @@ pub(super) async fn render(
     );
 
     main.push_str("<nav aria-label=\"task states\" class=\"states\">");
-    for (key, _, heading) in STATES {
+    for (key, tab, heading) in STATES {
+        let kept_only = matches!(tab, TaskState::Completed | TaskState::Cancelled);
+        if kept_only && !keeps && key != state_key {
+            continue;
+        }
         let current = if key == state_key {
             " aria-current=\"page\""
         } else {
@@ -157,14 +168,20 @@ pub(super) async fn render(
         let last = skip + tasks.len() as u64;
         let pager = pager(name, state_key, page, pages);
         // An admin selects tasks in the table: the form wraps it, and its buttons
-        // (redrive for DEAD, cancel for what is not in flight) name the ones checked.
-        let selectable = viewer.admin && state != TaskState::InFlight;
+        // (redrive for DEAD, cancel for waiting tasks, cancel while running for those
+        // in flight, remove for kept ones) name the ones checked.
+        let selectable = viewer.admin;
+        let order = match state {
+            TaskState::Ready | TaskState::Delayed => "in delivery order",
+            TaskState::InFlight => "by lease end",
+            _ => "by when they ended",
+        };
         if selectable {
             main.push_str(&actions::selection_form_open(name));
         }
         let _ = write!(
             main,
-            "{pager}<div class=\"table-wrap\"><table>\n<caption class=\"muted\">{first}–{last} of {in_state}, in delivery order</caption>\n<thead><tr>{}<th scope=\"col\" class=\"id\">Task</th><th scope=\"col\">Group</th>\
+            "{pager}<div class=\"table-wrap\"><table>\n<caption class=\"muted\">{first}–{last} of {in_state}, {order}</caption>\n<thead><tr>{}<th scope=\"col\" class=\"id\">Task</th><th scope=\"col\">Group</th>\
              <th scope=\"col\">Priority</th><th scope=\"col\">Attempts</th>\
              <th scope=\"col\">Due</th><th scope=\"col\">Payload</th><th scope=\"col\">Last error</th></tr></thead>\n<tbody>\n",
             if selectable { "<th scope=\"col\"><span class=\"visually-hidden\">Select</span></th>" } else { "" },

@@ -1,17 +1,19 @@
 //! The dashboard in a real browser (headless Chromium over WebDriver,
 //! `common/browser.rs`) against a real server and Redis, as a person uses it: sign in
 //! with a token, see the tenant's queues and not another tenant's, open a queue, page
-//! through DEAD tasks, open one, redrive it and see it READY, pause and resume, change a
-//! limit, trigger a schedule, and watch a lock appear and disappear on a page nobody
-//! reloads. Each step saves a screenshot under `target/screenshots/dashboard/`.
+//! through DEAD tasks, open one and read why it died and its history, redrive it and
+//! see it READY, cancel a running task and see its worker told, pause and resume,
+//! change a limit, trigger a schedule, and watch a lock appear and disappear on a page
+//! nobody reloads. Each step saves a screenshot under `target/screenshots/dashboard/`.
 
 use crate::common;
 
 use common::{bearer, ms, Browser, TestResult};
 use turnstile::pb::{
     lock_service_client::LockServiceClient, queue_service_client::QueueServiceClient, schedule,
-    schedule_service_client::ScheduleServiceClient, AcquireRequest, EnqueueRequest, NackRequest,
-    PutScheduleRequest, ReleaseRequest, Schedule, TaskSpec,
+    schedule_service_client::ScheduleServiceClient, subscribe_response, AcquireRequest,
+    EnqueueRequest, NackRequest, PutScheduleRequest, ReleaseRequest, Schedule, SubscribeRequest,
+    TaskSpec,
 };
 
 #[test]
@@ -70,6 +72,7 @@ async fn walk() -> TestResult {
                 queue: "orders".into(),
                 receipt: task.receipt,
                 delay: None,
+                error: format!("card declined for {}", task.id),
                 ..Default::default()
             })
             .await?;
@@ -120,6 +123,12 @@ async fn walk() -> TestResult {
         .await;
     let detail = browser.wait_for_text("Task order-100").await;
     assert!(detail.contains("Dead"), "{detail}");
+    // Why it died, and its history: one delivery, nacked, with the worker's reason.
+    assert!(detail.contains("card declined for order-100"), "{detail}");
+    assert!(
+        detail.contains("History") && detail.contains("Nacked"),
+        "{detail}"
+    );
     browser.click("nav.states a[href$=\"view=json\"]").await;
     browser.wait_for_text("\"total\": 42").await;
     browser.screenshot("05-task").await;
@@ -135,6 +144,48 @@ async fn walk() -> TestResult {
         .await;
     let detail = browser.wait_for_text("Task order-100").await;
     assert!(detail.contains("Ready"), "{detail}");
+
+    // Cancel a running task from its page: its worker's stream is told.
+    queues
+        .enqueue(EnqueueRequest {
+            queue: "packing".into(),
+            tasks: vec![task("parcel-1".into(), 5)],
+            ..Default::default()
+        })
+        .await?;
+    let mut stream = queues
+        .subscribe(SubscribeRequest {
+            queue: "packing".into(),
+            max_in_flight: 1,
+            visibility: ms(60_000),
+            worker_id: "packer-1".into(),
+        })
+        .await?
+        .into_inner();
+    let running = loop {
+        if let Some(subscribe_response::Event::Task(task)) =
+            stream.message().await?.and_then(|m| m.event)
+        {
+            break task;
+        }
+    };
+    browser
+        .goto(&format!("{base}/task?queue=packing&id=parcel-1"))
+        .await;
+    browser.wait_for_text("Task parcel-1").await;
+    browser.click("button[value=cancel-running]").await;
+    browser.wait_for_text("Cancel 1 task (parcel-1)").await;
+    browser.screenshot("06b-confirm-cancel-running").await;
+    browser.confirm().await;
+    browser.wait_for_text("1 of 1 task cancelled").await;
+    let told = loop {
+        if let Some(subscribe_response::Event::Cancelled(told)) =
+            stream.message().await?.and_then(|m| m.event)
+        {
+            break told;
+        }
+    };
+    assert_eq!(told.receipt, running.receipt);
 
     // Pause and resume the queue.
     browser.goto(&format!("{base}/queue?name=orders")).await;

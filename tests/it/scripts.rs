@@ -139,7 +139,7 @@ fn every_script_carries_only_the_helpers_it_names_and_no_bare_keys() {
         .chain(schedules.all())
         .chain(semaphores.all())
         .collect();
-    assert_eq!(all.len(), 34);
+    assert_eq!(all.len(), 35);
     for script in &all {
         let source = script.source;
         // Read only exactly when it says so on its first line, which Redis enforces.
@@ -181,8 +181,8 @@ fn every_script_carries_only_the_helpers_it_names_and_no_bare_keys() {
     assert!(describe.text.contains("local function unpack_lease"));
     assert!(!describe.text.contains("free_lock"));
     assert!(describe.text.starts_with(NO_WRITES));
-    // Watch's writes are marks, and Wait's its registration. Peek, Stats and
-    // ListGroups return expired leases first, which is a write: not read only; but
+    // Watch's writes are marks, and Wait's its registration. Peek, Stats, ListGroups
+    // and ListTasks return expired leases first, which is a write: not read only; but
     // their answers tell nobody that something was stored, so they alone of the
     // scripts that write do not wait for replicas.
     for script in &all {
@@ -192,6 +192,7 @@ fn every_script_carries_only_the_helpers_it_names_and_no_bare_keys() {
             "list_groups.lua",
             "watch.lua",
             "wait.lua",
+            "list_tasks.lua",
         ]
         .contains(&script.source.name);
         assert_eq!(
@@ -484,7 +485,7 @@ async fn peek_returns_one_task_over_budget_and_cancel_leaves_a_task_in_flight() 
         &mut conn,
         queue_script(&queues, "cancel.lua"),
         &keys,
-        &["ch", "msg", "a", "b"],
+        &["ch", "msg", "0", "freed", "a", "b"],
     )
     .await?;
     assert_eq!(cancelled, ["b"]);

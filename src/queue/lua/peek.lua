@@ -4,7 +4,8 @@
 -- caller nothing was stored, and a lost return is made again by the next script, so
 -- it does not wait for replicas (@no-replica-wait).
 -- KEYS: the queue's keys (include/keys.lua)
--- ARGV[1] state ('ready' | 'delayed' | 'in_flight' | 'dead'), or 'task' for the one
+-- ARGV[1] state ('ready' | 'delayed' | 'in_flight' | 'dead' | 'completed' |
+-- 'cancelled'), or 'task' for the one
 -- task whose id is ARGV[5] in whatever state; ARGV[2] limit, ARGV[3] the most payload
 -- bytes to return (always at least one task), ARGV[4] '1' when ARGV[5] names a group
 -- (READY only: that group's tasks in its order), ARGV[6] how many tasks of the state to
@@ -84,6 +85,10 @@ elseif wanted == 'delayed' then
   members = by_rank(pending, redis.call('ZCOUNT', pending, '-inf', now) + skip)
 elseif wanted == 'in_flight' then
   members = by_rank(inflight, skip)
+elseif wanted == 'completed' then
+  members = by_rank(completed, skip)
+elseif wanted == 'cancelled' then
+  members = by_rank(cancelled, skip)
 else
   members = by_rank(dead, skip)
 end
