@@ -130,6 +130,12 @@ pub async fn run(
     result
 }
 
+/// This replica's name on the Workers page: the machine's name and the gRPC port.
+fn replica_name(listener: &TcpListener) -> String {
+    let port = listener.local_addr().map(|addr| addr.port()).unwrap_or(0);
+    format!("{}:{port}", crate::token::hostname())
+}
+
 /// What the gRPC side serves with.
 struct Listening {
     listener: TcpListener,
@@ -181,6 +187,7 @@ async fn serve(
         limits.clone(),
         shutdown.clone(),
         config.reattach_grace,
+        replica_name(&listener),
     );
     let schedules = ScheduleStore::new(redis.clone(), Arc::new(ScheduleQueues(queues.clone())));
     if let Err(err) = redis.load_scripts(&schedules.scripts().all()).await {

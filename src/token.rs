@@ -1,6 +1,19 @@
 //! Unguessable tokens: lock owner tokens, receipt prefixes, Subscribe sessions and the
 //! ids the server makes for tasks. Each one grants access to what it names, so none is
-//! ever logged in full.
+//! ever logged in full. Also this machine's name, which default owners, worker ids and
+//! a replica's name start with.
+
+/// This machine's name ("localhost" when it has none).
+pub fn hostname() -> String {
+    let mut name = [0u8; 256];
+    // SAFETY: gethostname(2) writes at most `len` bytes into the buffer we own.
+    let ok = unsafe { libc::gethostname(name.as_mut_ptr().cast(), name.len()) } == 0;
+    let end = name.iter().position(|b| *b == 0).unwrap_or(name.len());
+    match std::str::from_utf8(&name[..end]) {
+        Ok(host) if ok && !host.is_empty() => host.to_owned(),
+        _ => "localhost".to_owned(),
+    }
+}
 
 /// A fresh token: 128 random bits from the OS, as 32 lowercase hex digits.
 pub fn new_token() -> String {

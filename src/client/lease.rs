@@ -275,17 +275,7 @@ pub fn default_owner() -> String {
     format!("{}:{}", hostname(), std::process::id())
 }
 
-/// This machine's name, for default owners and worker ids.
-pub fn hostname() -> String {
-    let mut name = [0u8; 256];
-    // SAFETY: gethostname(2) writes at most `len` bytes into the buffer we own.
-    let ok = unsafe { libc::gethostname(name.as_mut_ptr().cast(), name.len()) } == 0;
-    let end = name.iter().position(|b| *b == 0).unwrap_or(name.len());
-    match std::str::from_utf8(&name[..end]) {
-        Ok(host) if ok && !host.is_empty() => host.to_owned(),
-        _ => "localhost".to_owned(),
-    }
-}
+pub use crate::token::hostname;
 
 /// Held permits of a semaphore: a [`Lease`] on `SemaphoreService.Hold`.
 pub type Permit = Lease;

@@ -30,6 +30,7 @@ mod store;
 pub(crate) mod subscribe;
 mod waits;
 pub(crate) mod watch;
+mod workers;
 
 use std::{future::Future, pin::Pin, sync::Arc, time::Duration};
 
@@ -58,6 +59,7 @@ pub use model::{
 pub use scripts::QueueScripts;
 pub use waits::{WaitGuard, Waited};
 use watch::QueueWatch;
+pub use workers::{OpenStream, REPLICA_ALIVE, STREAMS_SHOWN};
 
 /// Most tasks in one `Enqueue`, and most receipts or ids in one `Ack`, `Cancel` or
 /// `Redrive`.

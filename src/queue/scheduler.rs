@@ -55,6 +55,8 @@ pub struct Scheduler {
     shutdown: Shutdown,
     /// `--reattach-grace`.
     reattach_grace: Duration,
+    /// This replica's name on the Workers page (`host:port`).
+    replica: String,
     registry: Mutex<Registry>,
 }
 
@@ -76,12 +78,15 @@ impl Scheduler {
         limits: Limits,
         shutdown: Shutdown,
         reattach_grace: Duration,
+        replica: String,
     ) -> Arc<Self> {
+        store.keep_replica_alive(replica.clone(), &shutdown);
         Arc::new(Self {
             store,
             limits,
             shutdown,
             reattach_grace,
+            replica,
             registry: Mutex::default(),
         })
     }
@@ -106,6 +111,23 @@ impl Scheduler {
         let (tag, worker) = match &spec.worker_id {
             Some(worker_id) => (format!("w:{worker_id}"), true),
             None => (format!("s:{session}"), false),
+        };
+        // The Workers page's record, written beside the stream's work; its removal
+        // waits for the write, so an early end never leaves a record behind.
+        let registered = {
+            let (listed, session, tag) = (store.clone(), session.clone(), tag.clone());
+            let (queue, worker_id) = (queue.to_owned(), spec.worker_id.clone().unwrap_or_default());
+            let replica = self.replica.clone();
+            self.shutdown.spawn(async move {
+                let since = crate::time::now_ms();
+                if let Err(err) = listed
+                    .register_stream(&session, &queue, &worker_id, &replica, since, &tag)
+                    .await
+                {
+                    tracing::debug!(cause = %err, "stream not recorded for the Workers page");
+                }
+                (listed, session)
+            })
         };
         let (tx, rx) = mpsc::unbounded_channel();
         let (feed, id) = {
@@ -147,7 +169,14 @@ impl Scheduler {
         // Dropping the stream (client gone, stream ended) leaves the feed, which then
         // gives its deliveries back, or keeps them for a re-attach.
         let scheduler = self.clone();
-        let leave = LeaveOnDrop::new(move || scheduler.leave(&feed, id));
+        let leave = LeaveOnDrop::new(move || {
+            scheduler.leave(&feed, id);
+            scheduler.shutdown.spawn(async move {
+                if let Ok((listed, session)) = registered.await {
+                    let _ = listed.unregister_stream(&session).await;
+                }
+            });
+        });
         Ok(Subscription::new(rx, leave, permit))
     }
 

@@ -34,10 +34,13 @@ pub struct Waited {
     pub task: Option<Task>,
 }
 
+/// Where one task's end is told to the calls waiting for it.
+type Ends = watch::Sender<Option<Task>>;
+
 /// The tasks this replica's calls wait for, by (pending key, id).
 #[derive(Debug, Default)]
 pub struct TaskWaits {
-    tasks: Mutex<HashMap<(String, String), Weak<watch::Sender<Option<Task>>>>>,
+    tasks: Mutex<HashMap<(String, String), Weak<Ends>>>,
     /// Notified when the subscription was made again: every waiter looks again.
     resubscribed: Notify,
 }
@@ -45,7 +48,7 @@ pub struct TaskWaits {
 /// One caller's hold on the end of one task: the sender stays registered while a
 /// caller holds it.
 struct Heard {
-    _sender: Arc<watch::Sender<Option<Task>>>,
+    _sender: Arc<Ends>,
     receiver: watch::Receiver<Option<Task>>,
 }
 

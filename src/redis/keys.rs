@@ -121,6 +121,11 @@ impl QueueKeys {
     pub fn history(&self) -> &str {
         &self.all[16]
     }
+
+    /// The Subscribe deliveries by stream tag (`src/queue/lua/include/keys.lua`).
+    pub fn leased(&self) -> &str {
+        &self.all[7]
+    }
 }
 
 /// The pub/sub events: each has one channel per tenant.
@@ -301,6 +306,20 @@ impl Keys {
             ]
             .map(|part| format!("{base}:{part}")),
         }
+    }
+
+    /// This tenant's open Subscribe streams over every replica (the dashboard's Workers
+    /// page): a hash on the tenant's slot, field = the stream's session, value =
+    /// `src/queue/workers.rs`'s record.
+    pub fn workers(&self) -> String {
+        format!("{}:workers:{{{}}}", self.space, self.tenant)
+    }
+
+    /// A replica's liveness: set with a short expiry and refreshed while it runs, so
+    /// the streams a dead replica registered are dropped from the Workers page.
+    /// Prefix-wide (a replica serves every tenant), in its own slot.
+    pub fn replica_alive(&self, replica: &str) -> String {
+        format!("{}:replica:{{{}}}", self.prefix, encode(replica))
     }
 
     /// This tenant's queue registry, on one slot: the names of its queues that hold a

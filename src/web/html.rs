@@ -97,7 +97,7 @@ pub fn page(title: &str, tenant: &str, sign_out: bool, main: &str) -> String {
          <script src=\"/static/live.js\" defer></script>\n</head>\n<body>\n\
          <header><a class=\"brand\" href=\"/\">turnstile</a>\
          <nav aria-label=\"pages\"><a href=\"/\">Queues</a> <a href=\"/schedules\">Schedules</a> \
-         <a href=\"/locks\">Locks</a></nav>{tenant}{sign_out}</header>\n\
+         <a href=\"/locks\">Locks</a> <a href=\"/workers\">Workers</a></nav>{tenant}{sign_out}</header>\n\
          <main id=\"main\">\n{main}</main>\n</body>\n</html>\n",
         title = esc(title),
     )

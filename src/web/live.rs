@@ -19,7 +19,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 
-use super::{failure, html, lists, overview, queue, Dashboard};
+use super::{failure, html, lists, overview, queue, workers, Dashboard};
 use crate::{auth::Viewer, error::Result};
 
 /// How often an open page refreshes its live region, and how long one render serves
@@ -114,6 +114,7 @@ async fn render(dashboard: &Dashboard, viewer: Viewer, page: &str, uri: &Uri) ->
             lists::render_locks(dashboard, viewer, &query).await
         }
         "schedules" => lists::render_schedules(dashboard, viewer).await,
+        "workers" => workers::render(dashboard, viewer).await,
         _ => Err(crate::error::Error::NotFound(format!(
             "no live page {page:?}"
         ))),

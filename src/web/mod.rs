@@ -19,6 +19,7 @@ mod queue;
 mod session;
 mod task;
 pub mod tls;
+mod workers;
 
 pub use live::Sampler;
 
@@ -80,6 +81,7 @@ pub fn spawn(listener: TcpListener, dashboard: Dashboard, shutdown: &Shutdown) {
         .route("/action", post(actions::action))
         .route("/schedules", get(lists::schedules))
         .route("/locks", get(lists::locks))
+        .route("/workers", get(workers::workers))
         .route("/static/app.css", get(stylesheet))
         .route("/static/live.js", get(script))
         .route("/live/{page}", get(live::live))

@@ -1321,3 +1321,91 @@ async fn every_route_asks_who_is_asking_and_shows_only_their_tenant() -> TestRes
     assert!(admin.body.contains("action=\"/action\""));
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_workers_page_lists_open_streams_on_every_replica_and_drops_a_dead_replica_s(
+) -> TestResult {
+    use turnstile::pb::{subscribe_response::Event, SubscribeRequest};
+    let redis = TestRedis::start().await;
+    let (one, two) = (
+        TestServer::start(&redis).await,
+        TestServer::start(&redis).await,
+    );
+    let addr = one.dashboard.expect("a dashboard");
+    let empty = get(addr, "/workers", None).await;
+    assert!(
+        empty.body.contains("No worker is subscribed"),
+        "{}",
+        empty.body
+    );
+    // A worker on the other replica, with a task in flight.
+    let mut queues = two.queues().await;
+    queues
+        .enqueue(EnqueueRequest {
+            queue: "packing".into(),
+            tasks: vec![TaskSpec {
+                id: "parcel-1".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        })
+        .await?;
+    let mut stream = queues
+        .subscribe(SubscribeRequest {
+            queue: "packing".into(),
+            max_in_flight: 2,
+            visibility: ms(60_000),
+            worker_id: "packer-7".into(),
+        })
+        .await?
+        .into_inner();
+    while !matches!(
+        stream.message().await?.and_then(|m| m.event),
+        Some(Event::Task(_))
+    ) {}
+    let replica = format!(":{}", two.addr.port());
+    common::eventually("the stream listed", common::WAIT, || async {
+        get(addr, "/workers", None).await.body.contains("packer-7")
+    })
+    .await;
+    let page = get(addr, "/workers", None).await;
+    let row = row(&page.body, "packing").expect("the stream's row");
+    assert_eq!(row[1], "packer-7");
+    assert!(row[2].ends_with(&replica), "{row:?}");
+    assert_eq!(row[3], "1", "one delivery in flight");
+    // The stream ends: its row goes.
+    drop(stream);
+    common::eventually("the stream gone", common::WAIT, || async {
+        !get(addr, "/workers", None).await.body.contains("packer-7")
+    })
+    .await;
+    // A replica that died without ending its streams (its liveness key gone): its
+    // streams are dropped from the page.
+    let _again = queues
+        .subscribe(SubscribeRequest {
+            queue: "packing".into(),
+            worker_id: "packer-8".into(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    common::eventually("the second stream listed", common::WAIT, || async {
+        get(addr, "/workers", None).await.body.contains("packer-8")
+    })
+    .await;
+    let mut conn = redis.conn().await;
+    let alive: Vec<String> = redis::cmd("KEYS")
+        .arg("*:replica:*")
+        .query_async(&mut conn)
+        .await?;
+    let dead = alive
+        .iter()
+        .find(|key| key.contains(&format!("{}", two.addr.port())))
+        .expect("the other replica's liveness key");
+    redis::cmd("DEL")
+        .arg(dead)
+        .query_async::<()>(&mut conn)
+        .await?;
+    assert!(!get(addr, "/workers", None).await.body.contains("packer-8"));
+    Ok(())
+}
