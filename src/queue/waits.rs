@@ -5,6 +5,7 @@
 //! that message, so a waiter gets the result even when the queue keeps nothing. No
 //! polling: between messages a waiter sleeps until its timeout. When the pub/sub
 //! connection was made again (messages may have been lost), every waiter looks again.
+//! A shutdown ends every wait with UNAVAILABLE (the caller waits again elsewhere).
 
 use std::{
     collections::HashMap,
@@ -209,6 +210,9 @@ impl QueueStore {
                         return Ok(again);
                     }
                 }
+                // A waiting call must not hold the server's shutdown: it answers
+                // UNAVAILABLE, and the caller waits again on another replica.
+                () = self.shutdown.cancelled() => return Err(Error::ShuttingDown),
                 () = tokio::time::sleep_until(stop) => {
                     if stop < until {
                         return Err(Error::DeadlineExceeded);

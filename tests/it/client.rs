@@ -869,3 +869,66 @@ async fn a_running_task_cancelled_stops_its_handler_and_ends_cancelled() -> Test
     running.await??;
     Ok(())
 }
+
+/// A `Wait` whose replica restarts under it is made again by the library, and the
+/// task's end (on another replica) answers it with the result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_rides_through_a_restart_of_its_replica() -> TestResult {
+    use redis::AsyncCommands;
+    let redis = TestRedis::start().await;
+    let mut waiter_side = Some(TestServer::start(&redis).await);
+    let worker_side = TestServer::start(&redis).await;
+    let addr = waiter_side.as_ref().unwrap().addr;
+    let client = client_of(waiter_side.as_ref().unwrap());
+    let worker = client_of(&worker_side);
+    worker
+        .queue("jobs")
+        .enqueue(Enqueue::new("x").id("late"))
+        .await?;
+    let waiting = tokio::spawn({
+        let queue = client.queue("jobs");
+        async move { queue.wait("late", Duration::from_secs(60)).await }
+    });
+    let watched = turnstile::redis::Keys::new("turnstile").queue("jobs").all[23].clone();
+    let registered = || {
+        let (redis, watched) = (&redis, watched.clone());
+        async move {
+            let mut conn = redis.conn().await;
+            let score: Option<f64> = conn.zscore(&watched, "late").await.unwrap_or(None);
+            score.unwrap_or(0.0)
+        }
+    };
+    eventually("the wait registered", WAIT, || async {
+        registered().await > 0.0
+    })
+    .await;
+    let first = registered().await;
+    // The waiter's replica restarts: the library makes the wait again (a later end).
+    waiter_side.take().unwrap().shutdown().await?;
+    waiter_side = Some(TestServer::start_at(&redis, addr).await);
+    eventually("the wait made again", WAIT, || async {
+        registered().await > first
+    })
+    .await;
+    let leased = worker_side
+        .queues()
+        .await
+        .lease(common::lease_of("jobs", 1))
+        .await?
+        .into_inner()
+        .tasks;
+    worker_side
+        .queues()
+        .await
+        .ack(turnstile::pb::AckRequest {
+            queue: "jobs".into(),
+            receipts: vec![leased[0].receipt.clone()],
+            results: [(leased[0].receipt.clone(), b"done".to_vec())].into(),
+        })
+        .await?;
+    let ended = waiting.await??.expect("done");
+    assert_eq!(ended.state(), TaskState::Completed);
+    assert_eq!(ended.result, b"done");
+    drop(waiter_side);
+    Ok(())
+}

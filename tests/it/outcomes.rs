@@ -719,3 +719,66 @@ async fn ended_tasks_list_by_when_they_ended(redis: TestStore) -> TestResult {
     assert_eq!(dead, ["y", "x"]);
     Ok(())
 }
+
+/// Opens a Subscribe stream and returns it with its first delivery.
+async fn first_delivery(
+    queues: &mut Queues,
+    worker_id: &str,
+) -> Result<(tonic::Streaming<turnstile::pb::SubscribeResponse>, Task), tonic::Status> {
+    let mut stream = queues
+        .subscribe(SubscribeRequest {
+            queue: "q".into(),
+            max_in_flight: 1,
+            visibility: ms(60_000),
+            worker_id: worker_id.into(),
+        })
+        .await?
+        .into_inner();
+    loop {
+        if let Some(Event::Task(task)) = stream.message().await?.and_then(|m| m.event) {
+            return Ok((stream, task));
+        }
+    }
+}
+
+on_each_store!(the_history_follows_cut_streams_re_attaches_and_an_ended_grace);
+async fn the_history_follows_cut_streams_re_attaches_and_an_ended_grace(
+    redis: TestStore,
+) -> TestResult {
+    let server = TestServer::start_with(&redis, |config| {
+        config.reattach_grace = std::time::Duration::from_millis(300);
+    })
+    .await;
+    let mut queues = server.queues().await;
+    enqueue(&mut queues, vec![spec("a", 5)]).await?;
+    // 1: a worker's stream is cut and it re-attaches within the grace: the same
+    // delivery goes on (nothing recorded), and its Nack ends it.
+    let (stream, first) = first_delivery(&mut queues, "w-r").await?;
+    drop(stream);
+    let (stream, again) = first_delivery(&mut queues, "w-r").await?;
+    assert_eq!(again.receipt, first.receipt, "re-attached, not redelivered");
+    // Closed first (its delivery stays leased to w-r for the grace), so the Nack's
+    // freed slot does not bring the task straight back to this stream.
+    drop(stream);
+    queues.nack(nack(&again.receipt, "retry me", false)).await?;
+    // 2: a stream without a worker_id closes: its delivery ends at once.
+    let (stream, second) = first_delivery(&mut queues, "").await?;
+    assert_eq!(second.attempt, 2);
+    drop(stream);
+    // 3: a worker's stream is cut and nobody re-attaches: the grace runs out.
+    let (stream, third) = first_delivery(&mut queues, "w-g").await?;
+    assert_eq!(third.attempt, 3);
+    drop(stream);
+    let fourth = lease(&mut queues, 60_000, 10_000).await?;
+    assert_eq!(fourth[0].attempt, 4);
+    let story = get_task(&mut queues, "a").await?;
+    assert_eq!(
+        outcomes(&story),
+        [
+            (1, AttemptOutcome::Nacked, "w-r", "retry me"),
+            (2, AttemptOutcome::Expired, "", ""),
+            (3, AttemptOutcome::Expired, "w-g", ""),
+        ]
+    );
+    Ok(())
+}
