@@ -101,6 +101,9 @@ struct MTask {
     /// Flow mode: a waiting task moved into its group's order (due when it was placed,
     /// or promoted by a later Lease or Peek).
     promoted: bool,
+    /// DEAD: the call that made it so (the calls run one at a time, each script at its
+    /// own instant; deaths of one call tie, in enqueue order).
+    died: u64,
 }
 
 /// A task row the model expects: `receipt` `None` for a new one the server picks.
@@ -160,6 +163,8 @@ struct Model {
     /// Deliveries that ended in this script run but are still counted in flight until
     /// its end (returned leases), by group.
     lag: BTreeMap<String, usize>,
+    /// Calls applied so far (a DEAD task's `died`).
+    calls: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -231,6 +236,7 @@ impl Model {
             }
             if task.attempt >= task.max_attempts {
                 task.st = St::Dead;
+                task.died = self.calls;
             } else {
                 task.st = St::Pending;
                 if self.flow && self.group_cap == 1 {
@@ -476,10 +482,11 @@ impl Model {
             .iter()
             .filter(|(_, task)| self.state(task, now) == state)
             .map(|(id, task)| {
-                let at = if state == TaskState::InFlight {
-                    task.lease_end
-                } else {
-                    task.due.lo
+                // IN_FLIGHT by lease end, DEAD by when it died, the others by due.
+                let at = match state {
+                    TaskState::InFlight => task.lease_end,
+                    TaskState::Dead => task.died as i64,
+                    _ => task.due.lo,
                 };
                 // READY: highest priority first (all 0 without flow control).
                 let rank = if state == TaskState::Ready {
@@ -504,6 +511,7 @@ impl Model {
     /// Applies `op` as a call whose script ran at some instant in `now` (no answer
     /// of the model changes within it), and returns the reply it expects.
     fn apply(&mut self, op: &Op, now: Span) -> Reply {
+        self.calls += 1;
         let t = now.lo;
         // The scripts that return expired leases first (Ack, Nack and ExtendLease see
         // one as stale without returning it).
@@ -563,6 +571,7 @@ impl Model {
                             group: spec.group.clone(),
                             priority: spec.priority,
                             promoted: false,
+                            died: 0,
                         },
                     );
                     placed.retain(|id| *id != spec.id);
@@ -651,6 +660,7 @@ impl Model {
                     self.deliveries_ended(std::slice::from_ref(&group));
                     let task = self.tasks.get_mut(&id).unwrap();
                     if task.attempt >= task.max_attempts {
+                        task.died = self.calls;
                         Reply::Nacked(false, true)
                     } else {
                         task.st = St::Pending;
@@ -688,13 +698,13 @@ impl Model {
                 Reply::Cancelled(out)
             }
             Op::Redrive(ids) => {
-                // All: in the dead set's order (due, then enqueue order).
+                // All: in the dead set's order (when it died, then enqueue order).
                 let ids: Vec<String> = if ids.is_empty() {
-                    let mut dead: Vec<(i64, u64, String)> = self
+                    let mut dead: Vec<(u64, u64, String)> = self
                         .tasks
                         .iter()
                         .filter(|(_, task)| task.st == St::Dead)
-                        .map(|(id, task)| (task.due.lo, task.seq, id.clone()))
+                        .map(|(id, task)| (task.died, task.seq, id.clone()))
                         .collect();
                     dead.sort();
                     dead.into_iter().map(|(_, _, id)| id).collect()

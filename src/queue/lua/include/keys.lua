@@ -4,8 +4,8 @@
 --                        is READY, later is DELAYED (in flow mode: the tasks not yet
 --                        promoted to ready/ranked)
 --   inflight     zset    the same members, score = lease end (Unix ms)
---   dead         zset    the same members, score = when it went DEAD (Unix ms; before
---                        task outcomes, its due time)
+--   dead         zset    the same members, score = when it went DEAD (Unix µs; before
+--                        task outcomes, its due time in ms)
 --   tasks        hash    id -> meta, packed as meta.lua lays it out
 --   payloads     hash    id -> payload bytes
 --   reserved     zset    id -> until (Unix ms): ids held by a dedupe window
