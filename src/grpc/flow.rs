@@ -101,21 +101,40 @@ pub fn queue_change(r: &pb::ConfigureQueueRequest) -> Result<QueueConfigChange> 
         group_max_in_flight: r.group_max_in_flight,
         rate_limit: rate_limit(Which::Queue, r.rate_limit)?,
         group_rate_limit: rate_limit(Which::Group, r.group_rate_limit)?,
-        keep_completed: retention(r.keep_completed)?,
+        keep_completed: retention(Keep::Completed, r.keep_completed)?,
+        keep_dead: retention(Keep::Dead, r.keep_dead)?,
     })
+}
+
+/// Which of the two retentions a field is, for its name in errors.
+#[derive(Clone, Copy)]
+enum Keep {
+    Completed,
+    Dead,
+}
+
+impl Keep {
+    fn field(self, part: &'static str) -> &'static str {
+        match (self, part) {
+            (Keep::Completed, "age") => "keep_completed.age",
+            (Keep::Completed, _) => "keep_completed.count",
+            (Keep::Dead, "age") => "keep_dead.age",
+            (Keep::Dead, _) => "keep_dead.count",
+        }
+    }
 }
 
 /// The longest a queue keeps an ended task by age.
 const MAX_KEEP_AGE: Duration = Duration::from_secs(366 * 24 * 3600);
 
-/// A `keep_completed` change: unset keeps it, age and count both 0 keep nothing
-/// (`Some(None)`).
-fn retention(value: Option<pb::Retention>) -> Result<Option<Option<Retention>>> {
+/// A `keep_completed` or `keep_dead` change: unset keeps it, age and count both 0 remove
+/// it (`Some(None)`: keep no ended task, keep every DEAD one).
+fn retention(which: Keep, value: Option<pb::Retention>) -> Result<Option<Option<Retention>>> {
     let Some(value) = value else {
         return Ok(None);
     };
     let age = validate::duration(
-        "keep_completed.age",
+        which.field("age"),
         value.age.as_ref(),
         DurationRule {
             default: Duration::ZERO,
@@ -125,7 +144,7 @@ fn retention(value: Option<pb::Retention>) -> Result<Option<Option<Retention>>> 
     )?;
     if value.count > MAX_KEEP_COUNT {
         return Err(Error::invalid(
-            "keep_completed.count",
+            which.field("count"),
             format!("must be at most {MAX_KEEP_COUNT}, got {}", value.count),
         ));
     }
@@ -178,6 +197,7 @@ pub fn config_message(config: QueueConfig) -> pb::QueueConfig {
         group_max_in_flight: config.group_max_in_flight,
         group_rate_limit: rate_limit_message(config.group_rate_limit),
         keep_completed: retention_message(config.keep_completed),
+        keep_dead: retention_message(config.keep_dead),
     }
 }
 

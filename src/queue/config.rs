@@ -123,6 +123,8 @@ pub struct QueueConfig {
     pub group_rate_limit: Option<RateLimit>,
     /// Which acked and cancelled tasks are kept (none: an ended task is gone).
     pub keep_completed: Option<Retention>,
+    /// Which DEAD tasks are kept (none: all, until redriven or cancelled).
+    pub keep_dead: Option<Retention>,
 }
 
 /// How many ended tasks of a state a queue keeps, and how long (`lua/include/keep.lua`).
@@ -158,9 +160,9 @@ impl Retention {
 }
 
 impl QueueConfig {
-    /// From six reply values: paused, max_in_flight, group_max_in_flight, rate,
-    /// group_rate, keep_completed (as `configure_queue.lua` and the tail of `stats.lua`
-    /// answer).
+    /// From seven reply values: paused, max_in_flight, group_max_in_flight, rate,
+    /// group_rate, keep_completed, keep_dead (as `configure_queue.lua` and the tail of
+    /// `stats.lua` answer).
     pub(super) fn from_reply(r: &[Value]) -> Result<Self> {
         Ok(Self {
             paused: int(r, 0)? == 1,
@@ -169,6 +171,7 @@ impl QueueConfig {
             rate_limit: RateLimit::from_script(&string(r, 3)?)?,
             group_rate_limit: RateLimit::from_script(&string(r, 4)?)?,
             keep_completed: Retention::from_script(&string(r, 5)?)?,
+            keep_dead: Retention::from_script(&string(r, 6)?)?,
         })
     }
 }
@@ -184,6 +187,8 @@ pub struct QueueConfigChange {
     pub group_rate_limit: Option<Option<RateLimit>>,
     /// `Some(None)` keeps nothing any more.
     pub keep_completed: Option<Option<Retention>>,
+    /// `Some(None)` keeps every DEAD task again.
+    pub keep_dead: Option<Option<Retention>>,
 }
 
 /// A group's config.
@@ -225,9 +230,14 @@ impl QueueStore {
                     .arg(limit.map(|l| l.as_script_arg()).unwrap_or_default());
             }
         }
-        if let Some(keep) = &change.keep_completed {
-            call.arg("keep_completed")
-                .arg(keep.map(|k| k.as_script_arg()).unwrap_or_default());
+        for (field, keep) in [
+            ("keep_completed", &change.keep_completed),
+            ("keep_dead", &change.keep_dead),
+        ] {
+            if let Some(keep) = keep {
+                call.arg(field)
+                    .arg(keep.map(|k| k.as_script_arg()).unwrap_or_default());
+            }
         }
         let reply: Vec<Value> = self.redis.invoke(&call).await?;
         QueueConfig::from_reply(&reply)

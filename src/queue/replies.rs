@@ -254,7 +254,7 @@ pub(super) fn dispatched(reply: &[Value], streams: usize) -> Result<Dispatched> 
 /// `stats.lua`: ready, delayed, in flight, dead, oldest ready (-1), next due (-1),
 /// dead letters, then the config's five values.
 pub(super) fn stats(r: &[Value]) -> Result<Stats> {
-    if r.len() != 21 {
+    if r.len() != 22 {
         return Err(Error::Internal(format!("stats replied {} values", r.len())));
     }
     let at = |n: usize| int(r, n).map(|ms| (ms >= 0).then_some(ms));
@@ -266,17 +266,17 @@ pub(super) fn stats(r: &[Value]) -> Result<Stats> {
         oldest_ready_at_ms: at(4)?,
         next_due_at_ms: at(5)?,
         dead_letters: int(r, 6)? as u64,
-        config: QueueConfig::from_reply(&r[7..13])?,
-        delivered_5m: int(r, 13)? as u64,
+        config: QueueConfig::from_reply(&r[7..14])?,
+        delivered_5m: int(r, 14)? as u64,
         outcomes: [
-            int(r, 14)? as u64,
             int(r, 15)? as u64,
             int(r, 16)? as u64,
             int(r, 17)? as u64,
             int(r, 18)? as u64,
+            int(r, 19)? as u64,
         ],
-        completed: int(r, 19)? as u64,
-        cancelled: int(r, 20)? as u64,
+        completed: int(r, 20)? as u64,
+        cancelled: int(r, 21)? as u64,
     })
 }
 

@@ -782,3 +782,62 @@ async fn the_history_follows_cut_streams_re_attaches_and_an_ended_grace(
     );
     Ok(())
 }
+
+on_each_store!(dead_tasks_are_kept_by_count_and_by_age_when_asked);
+async fn dead_tasks_are_kept_by_count_and_by_age_when_asked(redis: TestStore) -> TestResult {
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    let keep_dead = |age_ms: i64, count: u32| ConfigureQueueRequest {
+        queue: "q".into(),
+        keep_dead: Some(Retention {
+            age: (age_ms > 0).then(|| ms(age_ms)).flatten(),
+            count,
+        }),
+        ..Default::default()
+    };
+    let config = queues.configure_queue(keep_dead(0, 2)).await?.into_inner();
+    assert_eq!(config.config.unwrap().keep_dead.unwrap().count, 2);
+    let dying = queues.clone();
+    let die = |id: &'static str| {
+        let mut queues = dying.clone();
+        async move {
+            enqueue(&mut queues, vec![spec(id, 1)]).await?;
+            let task = lease(&mut queues, 60_000, 10_000).await?;
+            let dead = queues.nack(nack(&task[0].receipt, "no", false)).await?;
+            assert!(dead.into_inner().dead);
+            TestResult::Ok(())
+        }
+    };
+    for id in ["a", "b", "c"] {
+        die(id).await?;
+    }
+    // The newest two are kept; the oldest went as the third died.
+    assert_eq!(
+        get_task(&mut queues, "a").await.unwrap_err().code(),
+        Code::NotFound
+    );
+    for id in ["b", "c"] {
+        assert_eq!(get_task(&mut queues, id).await?.state(), TaskState::Dead);
+    }
+    let stats = queues
+        .stats(StatsRequest { queue: "q".into() })
+        .await?
+        .into_inner();
+    assert_eq!(stats.dead, 2);
+    // By age: gone once older than it, with nothing else dying.
+    queues.configure_queue(keep_dead(300, 0)).await?;
+    die("d").await?;
+    let died = unix_ms(&get_task(&mut queues, "d").await?.history[0].ended_at);
+    wait_redis_time(&redis.conn().await, died + 301).await;
+    for id in ["b", "c", "d"] {
+        assert_eq!(
+            get_task(&mut queues, id).await.unwrap_err().code(),
+            Code::NotFound,
+            "{id}"
+        );
+    }
+    // Both 0: every DEAD task is kept again.
+    let config = queues.configure_queue(keep_dead(0, 0)).await?.into_inner();
+    assert!(config.config.unwrap().keep_dead.is_none());
+    Ok(())
+}

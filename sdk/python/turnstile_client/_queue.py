@@ -203,6 +203,7 @@ class Queue:
         rate_limit: Optional[RateLimit] = None,
         group_rate_limit: Optional[RateLimit] = None,
         keep_completed: Optional[Retention] = None,
+        keep_dead: Optional[Retention] = None,
     ) -> QueueConfig:
         """Changes the fields given (a `RateLimit(0)` removes a limit, a `Retention()`
         keeps nothing); the config now."""
@@ -217,9 +218,12 @@ class Queue:
             request.rate_limit.CopyFrom(_rate(rate_limit))
         if group_rate_limit is not None:
             request.group_rate_limit.CopyFrom(_rate(group_rate_limit))
-        if keep_completed is not None:
-            request.keep_completed.count = keep_completed.count
-            if keep_completed.age:
-                request.keep_completed.age.CopyFrom(duration(keep_completed.age, "keep_completed.age"))
+        for name, keep in (("keep_completed", keep_completed), ("keep_dead", keep_dead)):
+            if keep is not None:
+                wire = getattr(request, name)
+                wire.count = keep.count
+                wire.SetInParent()
+                if keep.age:
+                    wire.age.CopyFrom(duration(keep.age, f"{name}.age"))
         reply = await self._rpc.call(self._rpc.queues.ConfigureQueue, request)
         return QueueConfig.from_pb(reply.config)

@@ -165,6 +165,7 @@ class Queue:
         rate_limit: Optional[RateLimit] = None,
         group_rate_limit: Optional[RateLimit] = None,
         keep_completed: Optional[Retention] = None,
+        keep_dead: Optional[Retention] = None,
     ) -> QueueConfig:
         return self._loop.run(
             self._queue.configure(
@@ -174,6 +175,7 @@ class Queue:
                 rate_limit,
                 group_rate_limit,
                 keep_completed,
+                keep_dead,
             )
         )
 

@@ -165,7 +165,7 @@ class RateLimit:
 class Retention:
     """Which ended tasks a queue keeps: each at most `age` seconds after it ended (0: no
     bound by age) and at most the newest `count` (0: no bound by count); both 0 keep
-    nothing."""
+    nothing (for `keep_dead`: keep every DEAD task, the default)."""
 
     age: float = 0.0
     count: int = 0
@@ -179,6 +179,7 @@ class QueueConfig:
     group_max_in_flight: int
     group_rate_limit: Optional[RateLimit]
     keep_completed: Optional[Retention] = None
+    keep_dead: Optional[Retention] = None
 
     @classmethod
     def from_pb(cls, config: queue_pb2.QueueConfig) -> "QueueConfig":
@@ -197,6 +198,11 @@ class QueueConfig:
             keep_completed=(
                 Retention(config.keep_completed.age.ToTimedelta().total_seconds(), config.keep_completed.count)
                 if config.HasField("keep_completed")
+                else None
+            ),
+            keep_dead=(
+                Retention(config.keep_dead.age.ToTimedelta().total_seconds(), config.keep_dead.count)
+                if config.HasField("keep_dead")
                 else None
             ),
         )

@@ -49,10 +49,20 @@ export function configFrom(wire: Message): QueueConfig {
     rateLimit: rateFrom(wire.rate_limit),
     groupMaxInFlight: wire.group_max_in_flight,
     groupRateLimit: rateFrom(wire.group_rate_limit),
-    keepCompleted: wire.keep_completed
-      ? { age: Number(wire.keep_completed.age?.seconds ?? 0) * 1000 + (wire.keep_completed.age?.nanos ?? 0) / 1e6, count: wire.keep_completed.count }
-      : undefined,
+    keepCompleted: retentionFrom(wire.keep_completed),
+    keepDead: retentionFrom(wire.keep_dead),
   };
+}
+
+function retentionFrom(wire: Message): { age: number; count: number } | undefined {
+  if (!wire) return undefined;
+  return { age: Number(wire.age?.seconds ?? 0) * 1000 + (wire.age?.nanos ?? 0) / 1e6, count: wire.count };
+}
+
+function wireRetention(keep: Retention, field: string): Message {
+  const wire: Message = { count: keep.count ?? 0 };
+  if (keep.age !== undefined) wire.age = duration(keep.age, `${field}.age`);
+  return wire;
 }
 
 /** One queue of the client's tenant. */
@@ -159,6 +169,8 @@ export class Queue {
     groupRateLimit?: RateLimit;
     /** Keep acked and cancelled tasks; `{}` keeps nothing. */
     keepCompleted?: Retention;
+    /** Keep DEAD tasks this long or this many; `{}` keeps them all (the default). */
+    keepDead?: Retention;
   }): Promise<QueueConfig> {
     const request: Message = { queue: this.name };
     if (change.paused !== undefined) request.paused = change.paused;
@@ -166,10 +178,8 @@ export class Queue {
     if (change.groupMaxInFlight !== undefined) request.group_max_in_flight = change.groupMaxInFlight;
     if (change.rateLimit) request.rate_limit = wireRate(change.rateLimit);
     if (change.groupRateLimit) request.group_rate_limit = wireRate(change.groupRateLimit);
-    if (change.keepCompleted) {
-      request.keep_completed = { count: change.keepCompleted.count ?? 0 };
-      if (change.keepCompleted.age !== undefined) request.keep_completed.age = duration(change.keepCompleted.age, "keepCompleted.age");
-    }
+    if (change.keepCompleted) request.keep_completed = wireRetention(change.keepCompleted, "keepCompleted");
+    if (change.keepDead) request.keep_dead = wireRetention(change.keepDead, "keepDead");
     return configFrom((await this.rpc.call(this.rpc.queues, "ConfigureQueue", request)).config);
   }
 }

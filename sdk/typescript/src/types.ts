@@ -168,6 +168,8 @@ export interface QueueConfig {
   groupRateLimit: RateLimit | undefined;
   /** Which acked and cancelled tasks it keeps (undefined: none). */
   keepCompleted: { age: number; count: number } | undefined;
+  /** Which DEAD tasks it keeps (undefined: all, until redriven or cancelled). */
+  keepDead: { age: number; count: number } | undefined;
 }
 
 export interface Stats {

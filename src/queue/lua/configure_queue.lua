@@ -3,12 +3,12 @@
 -- KEYS: the queue's keys (include/keys.lua)
 -- ARGV[1] the queue-changed channel, ARGV[2] its message, then field-value pairs:
 -- paused ('0'/'1'), max_in_flight, group_max_in_flight (0: none), rate and group_rate
--- ("limit period_ms burst", '': none), keep_completed ("age_ms count", '': none;
--- include/keep.lua). Values are checked by the server. A change of keep_completed alone
--- does not put the queue in flow mode (keeping ended tasks needs none of it).
+-- ("limit period_ms burst", '': none), keep_completed and keep_dead ("age_ms count",
+-- '': none; include/keep.lua). Values are checked by the server. A change of those
+-- alone does not put the queue in flow mode (keeping ended tasks needs none of it).
 -- Clock: Redis TIME.
 -- Returns the config as stats.lua does: paused (0/1), max_in_flight,
--- group_max_in_flight, rate, group_rate, keep_completed ('' for none).
+-- group_max_in_flight, rate, group_rate, keep_completed, keep_dead ('' for none).
 --- @include "keys"
 --- @include "now_ms"
 --- @include "group_state"
@@ -20,7 +20,7 @@ open_flow(now)
 local group_limits_changed = false
 for i = 3, #ARGV, 2 do
   local field, value = ARGV[i], ARGV[i + 1]
-  if field ~= 'keep_completed' then
+  if field ~= 'keep_completed' and field ~= 'keep_dead' then
     enter_flow()
   end
   if value == '' or value == '0' then
@@ -43,4 +43,4 @@ redis.call('PUBLISH', changed_channel, changed_message)
 local cfg = flow.cfg
 return {cfg.paused == '1' and 1 or 0, number_of(cfg.max_in_flight),
   number_of(cfg.group_max_in_flight), cfg.rate or '', cfg.group_rate or '',
-  cfg.keep_completed or ''}
+  cfg.keep_completed or '', cfg.keep_dead or ''}

@@ -59,7 +59,7 @@ end
 local out = {ready, delayed, redis.call('ZCARD', inflight), redis.call('ZCARD', dead),
   oldest, next_due, dead_letters, cfg.paused == '1' and 1 or 0,
   number_of(cfg.max_in_flight), number_of(cfg.group_max_in_flight), cfg.rate or '',
-  cfg.group_rate or '', cfg.keep_completed or '', recent}
+  cfg.group_rate or '', cfg.keep_completed or '', cfg.keep_dead or '', recent}
 -- The deliveries that ended, by outcome (include/attempts.lua's codes, in
 -- src/queue/model.rs Outcome::ALL's order), then the kept tasks.
 for _, count in ipairs(redis.call('HMGET', counters, 'o:a', 'o:n', 'o:e', 'o:g', 'o:c')) do

@@ -9,6 +9,7 @@
 --- @include "attempts"
 --- @include "announce"
 --- @include "cancelling"
+--- @include "keep_dead"
 -- Back to pending at `due`, or DEAD when out of attempts or `dead_now` (counted in the
 -- dead-letter counter), the delivery recorded in its history as ending at `now` with
 -- `outcome` and `failure` (nil: none). The caller ended its lease (ending().unlease).
@@ -48,6 +49,7 @@ local function give_back(id, meta, due, dead_now, now, outcome, failure)
   end
   store(id, meta)
   announce(now, id, meta, 'dead')
+  prune_dead(now, 1)
   return meta.state
 end
 

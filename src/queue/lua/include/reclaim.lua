@@ -9,6 +9,7 @@
 --- @include "ending"
 --- @include "give_back"
 --- @include "keep"
+--- @include "keep_dead"
 -- The most expired leases one run returns: a few ms of work, so no run blocks Redis
 -- for long however many leases ran out at once.
 local RECLAIM_PER_RUN = 1000
@@ -38,6 +39,7 @@ local function reclaim(now)
     prune(completed, now, 0)
     prune(cancelled, now, 0)
   end
+  prune_dead(now, 0)
   return #expired == RECLAIM_PER_RUN
 end
 
