@@ -841,3 +841,43 @@ async fn dead_tasks_are_kept_by_count_and_by_age_when_asked(redis: TestStore) ->
     assert!(config.config.unwrap().keep_dead.is_none());
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkilled_worker_s_delivery_is_in_the_history_as_expired_with_its_worker_id(
+) -> TestResult {
+    let redis = common::TestRedis::start().await;
+    let server = TestServer::start_with(&redis, |config| {
+        config.reattach_grace = std::time::Duration::from_millis(300);
+    })
+    .await;
+    let mut queues = server.queues().await;
+    enqueue(&mut queues, vec![spec("stuck", 3)]).await?;
+    let dir = common::TempDir::new("outcomes-kill");
+    let started = dir.0.join("started");
+    let script = format!("touch {}; sleep 60", started.display());
+    let mut worker = common::cli_of(&server)
+        .args(["work", "q", "--", "sh", "-c", &script])
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    common::eventually("the task running", common::WAIT, || async {
+        started.exists()
+    })
+    .await;
+    worker.start_kill()?;
+    worker.wait().await?;
+    // Its stream closed with the process; the re-attach grace runs out; the task is
+    // delivered again, and its history says how the first delivery ended and whose it
+    // was.
+    let again = lease(&mut queues, 60_000, 10_000).await?;
+    assert_eq!(again[0].attempt, 2);
+    let story = get_task(&mut queues, "stuck").await?;
+    let [first] = &story.history[..] else {
+        panic!("{:?}", story.history)
+    };
+    assert_eq!(
+        (first.number, first.outcome()),
+        (1, AttemptOutcome::Expired)
+    );
+    assert!(!first.worker_id.is_empty(), "the work command's worker_id");
+    Ok(())
+}
