@@ -80,6 +80,10 @@ enum St {
     Pending,
     InFlight,
     Dead,
+    /// Kept after its Ack (`keep_completed`).
+    Completed,
+    /// Kept after its cancel.
+    Cancelled,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -101,9 +105,12 @@ struct MTask {
     /// Flow mode: a waiting task moved into its group's order (due when it was placed,
     /// or promoted by a later Lease or Peek).
     promoted: bool,
-    /// DEAD: the call that made it so (the calls run one at a time, each script at its
-    /// own instant; deaths of one call tie, in enqueue order).
+    /// DEAD, COMPLETED, CANCELLED: the call that made it so (the calls run one at a
+    /// time, each script at its own instant; ends of one call tie, in enqueue order).
     died: u64,
+    /// In flight and cancelled while it runs (`Cancel.running`): its delivery's end,
+    /// however it comes, ends it as CANCELLED.
+    stopping: bool,
 }
 
 /// A task row the model expects: `receipt` `None` for a new one the server picks.
@@ -135,6 +142,8 @@ enum Reply {
     Stats([u64; 4], Option<Span>, Option<Span>),
     /// The config as stored: paused, max_in_flight.
     Configured(bool, u32, u32),
+    /// The `keep_completed` count as stored (0: none).
+    Kept(u32),
 }
 
 /// The queue as the contract describes it.
@@ -165,6 +174,8 @@ struct Model {
     lag: BTreeMap<String, usize>,
     /// Calls applied so far (a DEAD task's `died`).
     calls: u64,
+    /// `keep_completed.count` (0: nothing kept).
+    keep: u32,
 }
 
 #[derive(Clone, Debug)]
@@ -208,6 +219,10 @@ enum Op {
         limit: u32,
     },
     Stats,
+    /// `ConfigureQueue(keep_completed { count })`.
+    Keep(u32),
+    /// `Cancel(ids, running)`.
+    CancelRunning(Vec<String>),
 }
 
 impl Model {
@@ -234,6 +249,11 @@ impl Model {
             if !order.contains(&group) {
                 order.push(group.clone());
             }
+            if task.stopping {
+                self.end_cancelled(&id, now);
+                continue;
+            }
+            let task = self.tasks.get_mut(&id).unwrap();
             if task.attempt >= task.max_attempts {
                 task.st = St::Dead;
                 task.died = self.calls;
@@ -442,6 +462,50 @@ impl Model {
         }
     }
 
+    /// Keeps a task whose delivery or wait ended as `st` (COMPLETED, CANCELLED); its id
+    /// stays reserved for its dedupe window.
+    fn end_kept(&mut self, id: &str, st: St, now: i64) {
+        let calls = self.calls;
+        let task = self.tasks.get_mut(id).unwrap();
+        task.st = st;
+        task.receipt.clear();
+        task.lease_end = 0;
+        task.stopping = false;
+        task.died = calls;
+        if task.dedupe_ms > 0 {
+            self.reserved.insert(id.into(), now + task.dedupe_ms);
+        }
+    }
+
+    /// A delivery cancelled while it ran ended: CANCELLED (kept) or gone.
+    fn end_cancelled(&mut self, id: &str, now: i64) {
+        if self.keep > 0 {
+            self.end_kept(id, St::Cancelled, now);
+            self.prune(St::Cancelled);
+        } else {
+            self.remove(id, now);
+        }
+    }
+
+    /// Keeps the newest `keep` tasks of a kept state (by when they ended, then enqueue
+    /// order); the others go, their ids not reserved again.
+    fn prune(&mut self, st: St) {
+        if self.keep == 0 {
+            return;
+        }
+        let mut kept: Vec<(u64, u64, String)> = self
+            .tasks
+            .iter()
+            .filter(|(_, task)| task.st == st)
+            .map(|(id, task)| (task.died, task.seq, id.clone()))
+            .collect();
+        kept.sort();
+        let over = kept.len().saturating_sub(self.keep as usize);
+        for (_, _, id) in kept.into_iter().take(over) {
+            self.tasks.remove(&id);
+        }
+    }
+
     fn remove(&mut self, id: &str, now: i64) {
         let task = self.tasks.remove(id).expect("a task to remove");
         if task.dedupe_ms > 0 {
@@ -453,6 +517,8 @@ impl Model {
         match task.st {
             St::InFlight => TaskState::InFlight,
             St::Dead => TaskState::Dead,
+            St::Completed => TaskState::Completed,
+            St::Cancelled => TaskState::Cancelled,
             St::Pending if task.due.lo <= now => TaskState::Ready,
             St::Pending => TaskState::Delayed,
         }
@@ -482,10 +548,13 @@ impl Model {
             .iter()
             .filter(|(_, task)| self.state(task, now) == state)
             .map(|(id, task)| {
-                // IN_FLIGHT by lease end, DEAD by when it died, the others by due.
+                // IN_FLIGHT by lease end, DEAD, COMPLETED and CANCELLED by when they
+                // ended, the others by due.
                 let at = match state {
                     TaskState::InFlight => task.lease_end,
-                    TaskState::Dead => task.died as i64,
+                    TaskState::Dead | TaskState::Completed | TaskState::Cancelled => {
+                        task.died as i64
+                    }
                     _ => task.due.lo,
                 };
                 // READY: highest priority first (all 0 without flow control).
@@ -515,8 +584,15 @@ impl Model {
         let t = now.lo;
         // The scripts that return expired leases first (Ack, Nack and ExtendLease see
         // one as stale without returning it).
-        if !matches!(op, Op::Ack(..) | Op::Nack { .. } | Op::Extend { .. }) {
+        if !matches!(
+            op,
+            Op::Ack(..) | Op::Nack { .. } | Op::Extend { .. } | Op::Keep(..)
+        ) {
             self.expire(t);
+            // Every script that returns expired leases also drops the kept tasks past
+            // the retention.
+            self.prune(St::Completed);
+            self.prune(St::Cancelled);
         } else {
             self.reserved.retain(|_, until| *until > t);
         }
@@ -572,6 +648,7 @@ impl Model {
                             priority: spec.priority,
                             promoted: false,
                             died: 0,
+                            stopping: false,
                         },
                     );
                     placed.retain(|id| *id != spec.id);
@@ -617,7 +694,11 @@ impl Model {
                     task.attempt += 1;
                     task.st = St::InFlight;
                     let mut row = self.row(&id, &self.tasks[&id], t);
-                    if *auto_ack {
+                    if *auto_ack && self.keep > 0 {
+                        // Kept as COMPLETED as it starts; the row shows it so.
+                        self.end_kept(&id, St::Completed, t);
+                        row = self.row(&id, &self.tasks[&id], t);
+                    } else if *auto_ack {
                         self.remove(&id, t);
                     } else {
                         // Receipt and lease end are adopted from the reply.
@@ -625,6 +706,9 @@ impl Model {
                         row.lease_end = Some(now.shift(*visibility));
                     }
                     rows.push(row);
+                }
+                if *auto_ack {
+                    self.prune(St::Completed);
                 }
                 Reply::Tasks(rows)
             }
@@ -638,17 +722,31 @@ impl Model {
                             if !groups.contains(&group) {
                                 groups.push(group);
                             }
-                            self.remove(&id, t);
+                            if self.tasks[&id].stopping {
+                                self.end_cancelled(&id, t);
+                            } else if self.keep > 0 {
+                                self.end_kept(&id, St::Completed, t);
+                            } else {
+                                self.remove(&id, t);
+                            }
                             out.push(true);
                         }
                         None => out.push(false),
                     }
                 }
+                self.prune(St::Completed);
                 self.deliveries_ended(&groups);
                 Reply::Acked(out)
             }
             Op::Nack { receipt, delay } => match self.live(receipt, t) {
                 None => Reply::Nacked(false, false),
+                Some(id) if self.tasks[&id].stopping => {
+                    // Cancelled while it ran: the Nack ends it as CANCELLED.
+                    let group = self.tasks[&id].group.clone();
+                    self.end_cancelled(&id, t);
+                    self.deliveries_ended(std::slice::from_ref(&group));
+                    Reply::Nacked(false, false)
+                }
                 Some(id) => {
                     let task = self.tasks.get_mut(&id).unwrap();
                     task.receipt.clear();
@@ -681,21 +779,41 @@ impl Model {
                 // The new end is adopted from the reply.
                 Some(_) => Reply::Extended(Some(now.shift(*visibility))),
             },
-            Op::Cancel(ids) => {
+            Op::Cancel(ids) | Op::CancelRunning(ids) => {
+                let running = matches!(op, Op::CancelRunning(..));
                 let mut out = Vec::new();
                 for id in ids {
-                    if self
-                        .tasks
-                        .get(id)
-                        .is_some_and(|task| task.st != St::InFlight)
-                    {
-                        let group = self.tasks[id].group.clone();
-                        self.remove(id, t);
-                        self.unpin(&group, id);
-                        out.push(id.clone());
+                    let Some(task) = self.tasks.get(id) else {
+                        continue;
+                    };
+                    if out.contains(id) {
+                        continue;
                     }
+                    if task.st == St::InFlight {
+                        if running {
+                            self.tasks.get_mut(id).unwrap().stopping = true;
+                            out.push(id.clone());
+                        }
+                        continue;
+                    }
+                    let ended = matches!(task.st, St::Completed | St::Cancelled);
+                    let group = task.group.clone();
+                    if self.keep > 0 && !ended {
+                        self.end_kept(id, St::Cancelled, t);
+                    } else {
+                        self.remove(id, t);
+                    }
+                    if !ended {
+                        self.unpin(&group, id);
+                    }
+                    out.push(id.clone());
                 }
+                self.prune(St::Cancelled);
                 Reply::Cancelled(out)
+            }
+            Op::Keep(count) => {
+                self.keep = *count;
+                Reply::Kept(*count)
             }
             Op::Redrive(ids) => {
                 // All: in the dead set's order (when it died, then enqueue order).
@@ -774,7 +892,9 @@ impl Model {
                             next = Some(next.map_or(task.due, |n| n.min(task.due)));
                         }
                         TaskState::InFlight => counts[2] += 1,
-                        _ => counts[3] += 1,
+                        TaskState::Dead => counts[3] += 1,
+                        // Kept ended tasks count in no depth.
+                        _ => {}
                     }
                 }
                 Reply::Stats(counts, oldest, next)
@@ -795,6 +915,7 @@ enum Actual {
     Redriven(u64),
     Stats([u64; 4], Option<i64>, Option<i64>),
     Configured(bool, u32, u32),
+    Kept(u32),
 }
 
 fn ms_of(ts: &Option<prost_types::Timestamp>) -> Option<i64> {
@@ -852,6 +973,7 @@ fn matches(expected: &Reply, actual: &Actual) -> bool {
         (Reply::Configured(p, m, g), Actual::Configured(ap, am, ag)) => {
             p == ap && m == am && g == ag
         }
+        (Reply::Kept(k), Actual::Kept(ak)) => k == ak,
         _ => false,
     }
 }
@@ -868,7 +990,9 @@ impl Model {
                     };
                     task.due = Span::at(ms_of(&shown.due_at).unwrap());
                     task.enqueued = Span::at(ms_of(&shown.enqueued_at).unwrap());
-                    if matches!(op, Op::Lease { .. }) {
+                    // A delivery's receipt and lease end (an auto-acked task kept as
+                    // COMPLETED has neither).
+                    if matches!(op, Op::Lease { .. }) && task.st == St::InFlight {
                         task.receipt = shown.receipt.clone();
                         task.lease_end = ms_of(&shown.lease_expires_at).unwrap();
                     }
@@ -1002,6 +1126,25 @@ impl Run {
                 })
                 .await
                 .map(|r| Actual::Cancelled(r.into_inner().cancelled)),
+            Op::CancelRunning(ids) => queues
+                .cancel(CancelRequest {
+                    queue: q(),
+                    ids,
+                    running: true,
+                })
+                .await
+                .map(|r| Actual::Cancelled(r.into_inner().cancelled)),
+            Op::Keep(count) => queues
+                .configure_queue(ConfigureQueueRequest {
+                    queue: q(),
+                    keep_completed: Some(turnstile::pb::Retention { age: None, count }),
+                    ..Default::default()
+                })
+                .await
+                .map(|r| {
+                    let config = r.into_inner().config.unwrap_or_default();
+                    Actual::Kept(config.keep_completed.map_or(0, |k| k.count))
+                }),
             Op::Redrive(ids) => queues
                 .redrive(RedriveRequest { queue: q(), ids })
                 .await
@@ -1114,6 +1257,8 @@ impl Run {
             TaskState::Delayed,
             TaskState::InFlight,
             TaskState::Dead,
+            TaskState::Completed,
+            TaskState::Cancelled,
         ] {
             self.step(Op::Peek { state, limit: 1000 }).await;
         }
@@ -1232,6 +1377,8 @@ fn pick(
             limit: rng.below(4) as u32,
         },
         90..=93 => Op::Stats,
+        96 => Op::Keep([0, 1, 2, 4][rng.below(4) as usize]),
+        97 => Op::CancelRunning((0..1 + rng.below(2)).map(|_| id(rng)).collect()),
         94..=95 if grouped => Op::Configure {
             // Paused about a third of the time; capped at 1 or 2, or not.
             paused: (rng.below(2) == 0).then(|| rng.below(3) == 0),
@@ -1267,6 +1414,10 @@ async fn run_model(server: &TestServer, redis: &TestRedis, seed: u64) {
             group_max_in_flight: Some(1),
         })
         .await;
+    }
+    // Half the runs keep ended tasks from the start (COMPLETED, CANCELLED).
+    if seed % 4 >= 2 {
+        run.step(Op::Keep(3)).await;
     }
     for _ in 0..STEPS {
         let now = run.redis_now().await;

@@ -1,6 +1,7 @@
 -- give_back.lua: a delivery that ended without an ack goes back to pending, or dies
 -- on its last attempt.
 --- @include "keys"
+--- @include "now_ms"
 --- @include "meta"
 --- @include "member"
 --- @include "load"
@@ -24,12 +25,9 @@ local function give_back(id, meta, due, dead_now, now, outcome, failure)
   meta.session = nil
   if dead_now or meta.attempt >= meta.max_attempts then
     meta.state = DEAD
-    -- Scored by when it died, in µs (Redis TIME): ListTasks and the dashboard list
-    -- DEAD tasks in that order, and two calls' deaths never tie (one call's do, in
-    -- enqueue order, by member).
-    local time = redis.call('TIME')
-    redis.call('ZADD', dead, time[1] .. string.format('%06d', tonumber(time[2])),
-      member_of(meta, id))
+    -- Scored by when it died, in µs (include/now_ms.lua): ListTasks and the dashboard
+    -- list DEAD tasks in that order.
+    redis.call('ZADD', dead, string.format('%d', script_us), member_of(meta, id))
     redis.call('HINCRBY', counters, 'dead', 1)
     if flow.on then
       count_group(meta.group, G_DEAD, 1)

@@ -1,10 +1,11 @@
 -- keep.lua: the ended tasks a queue keeps (QueueConfig.keep_completed, the config
 -- field `keep_completed` = "<age ms> <count>", 0 for no bound of that kind): an acked
 -- task stays as COMPLETED in `completed`, a cancelled one as CANCELLED in `cancelled`,
--- each zset scored by when it ended, with its payload, history and result. Kept
+-- each zset scored by when it ended (Unix µs), with its payload, history and result. Kept
 -- tasks count in no depth. Pruning runs in the scripts that end tasks, and in every
 -- reclaim (so age bounds hold on a queue nothing ends on), a bounded batch each time.
 --- @include "keys"
+--- @include "now_ms"
 --- @include "meta"
 --- @include "member"
 --- @include "bulk"
@@ -33,7 +34,8 @@ local function keep_ended(id, meta, state, zset, now)
   meta.tag = nil
   meta.session = nil
   store(id, meta)
-  redis.call('ZADD', zset, string.format('%d', now), member_of(meta, id))
+  -- Scored by when it ended, in µs (include/now_ms.lua).
+  redis.call('ZADD', zset, string.format('%d', script_us), member_of(meta, id))
 end
 
 -- Drops kept tasks of `zset` that are older than the age or beyond the count, at most
@@ -43,7 +45,7 @@ local function prune(zset, now, added)
   local room = (added or 0) + PRUNE_EXTRA
   local gone = {}
   if age and age > 0 then
-    gone = redis.call('ZRANGEBYSCORE', zset, '-inf', string.format('(%d', now - age),
+    gone = redis.call('ZRANGEBYSCORE', zset, '-inf', string.format('(%d', (now - age) * 1000),
       'LIMIT', 0, room)
   end
   if count and count > 0 and #gone < room then

@@ -39,6 +39,7 @@
 --                        it out (gone with the task)
 --   results      hash    id -> the bytes its Ack gave (kept COMPLETED tasks only)
 --   completed    zset    kept COMPLETED tasks: member "<seq>:<id>", score = when acked
+--                        (Unix µs)
 --   cancelled    zset    kept CANCELLED tasks: the same, score = when cancelled
 --   watched      zset    id -> until when a Wait (or Enqueue.wait) waits for it (Unix
 --                        ms): a task's end is published only when someone waits
