@@ -233,7 +233,24 @@ async fn everything_recovers_when_redis_is_killed_and_restarted_under_load() -> 
         })
         .await?
         .into_inner();
-    let looks = redis.command_calls("evalsha").await;
+    // The long poll is waiting once its first look (lease.lua) ran: found in Redis'
+    // slow log, which keeps every command here (any other script's run, such as the
+    // subscription's first dispatch, is no sign of it).
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("slowlog-log-slower-than")
+        .arg(0)
+        .query_async(&mut redis.conn().await)
+        .await?;
+    let scripts = turnstile::queue::QueueScripts::new();
+    let lease_sha = scripts
+        .all()
+        .into_iter()
+        .find(|script| script.source.name == "lease.lua")
+        .expect("lease.lua")
+        .inner
+        .get_hash()
+        .to_owned();
     let mut poller = server.queues().await;
     let polling = tokio::spawn(async move {
         poller
@@ -246,7 +263,16 @@ async fn everything_recovers_when_redis_is_killed_and_restarted_under_load() -> 
             })
             .await
     });
-    redis.wait_command_calls_above("evalsha", looks).await;
+    eventually("the long poll's first look", WAIT, || async {
+        let log: Vec<redis::Value> = redis::cmd("SLOWLOG")
+            .arg("GET")
+            .arg(1000)
+            .query_async(&mut redis.conn().await)
+            .await
+            .unwrap_or_default();
+        format!("{log:?}").contains(&lease_sha)
+    })
+    .await;
 
     // Redis dies: readiness drops, calls answer UNAVAILABLE within their deadline, and
     // the Hold, unable to renew past its 1 s lease, says Lost.
