@@ -126,20 +126,7 @@ async fn every_way_a_delivery_ends_is_in_the_task_s_history(redis: TestStore) ->
     let mut queues = server.queues().await;
     enqueue(&mut queues, vec![spec("a", 4)]).await?;
     // 1: nacked with a reason, by a Subscribe worker with a worker_id.
-    let mut stream = queues
-        .subscribe(SubscribeRequest {
-            queue: "q".into(),
-            max_in_flight: 1,
-            visibility: ms(60_000),
-            worker_id: "w-7".into(),
-        })
-        .await?
-        .into_inner();
-    let first = loop {
-        if let Some(Event::Task(task)) = stream.message().await?.and_then(|m| m.event) {
-            break task;
-        }
-    };
+    let (stream, first) = first_delivery(&mut queues, "w-7").await?;
     drop(stream);
     queues
         .nack(nack(&first.receipt, "disk full", false))
@@ -488,20 +475,7 @@ async fn a_running_task_cancelled_is_told_to_its_worker_and_never_comes_back(
     };
     // A Subscribe worker on one replica, the cancel on the other: the stream is told.
     enqueue(&mut operators, vec![spec("pushed", 0)]).await?;
-    let mut stream = workers
-        .subscribe(SubscribeRequest {
-            queue: "q".into(),
-            max_in_flight: 1,
-            visibility: ms(60_000),
-            worker_id: "w-c".into(),
-        })
-        .await?
-        .into_inner();
-    let task = loop {
-        if let Some(Event::Task(task)) = stream.message().await?.and_then(|m| m.event) {
-            break task;
-        }
-    };
+    let (mut stream, task) = first_delivery(&mut workers, "w-c").await?;
     // Without `running` a task in flight is left alone.
     let left = operators
         .cancel(CancelRequest {

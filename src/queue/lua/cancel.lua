@@ -56,9 +56,6 @@ for i = 5, #ARGV do
     freed = unplace(id, meta) or freed
     if keep and not ended then
       keep_ended(id, meta, CANCELLED, cancelled, now)
-      if meta.dedupe_ms > 0 then
-        redis.call('ZADD', reserved, string.format('%d', now + meta.dedupe_ms), id)
-      end
       kept = kept + 1
     else
       if ended then

@@ -66,9 +66,6 @@ for n, id in ipairs(ids) do
       if keep then
         record_attempt(id, meta, now, OUT_ACKED)
         keep_ended(id, meta, COMPLETED, completed, now)
-        if meta.dedupe_ms > 0 then
-          redis.call('ZADD', reserved, string.format('%d', now + meta.dedupe_ms), id)
-        end
         kept = kept + 1
       else
         ends.forget(id, meta, now)

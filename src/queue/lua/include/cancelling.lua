@@ -14,9 +14,6 @@ local function end_cancelled(ends, id, meta, now)
   redis.call('HINCRBY', counters, 'o:' .. OUT_CANCELLED, 1)
   if keeping() then
     keep_ended(id, meta, CANCELLED, cancelled, now)
-    if meta.dedupe_ms > 0 then
-      redis.call('ZADD', reserved, string.format('%d', now + meta.dedupe_ms), id)
-    end
     prune(cancelled, now, 1)
   else
     ends.forget(id, meta, now)

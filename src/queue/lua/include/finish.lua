@@ -54,9 +54,6 @@ local function finish(now, args, first, returned)
           if result then
             redis.call('HSET', results, id, result)
           end
-          if dedupe_ms > 0 then
-            redis.call('ZADD', reserved, string.format('%d', now + dedupe_ms), id)
-          end
           kept = kept + 1
           if heard then
             announce(now, id, meta, 'completed')

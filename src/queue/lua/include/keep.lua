@@ -11,6 +11,7 @@
 --- @include "bulk"
 --- @include "load"
 --- @include "group_state"
+--- @include "drop_records"
 -- The most kept tasks one run drops beyond the ones its own ends added: enough to
 -- catch up with a bound that was lowered, a few at a time.
 local PRUNE_EXTRA = 32
@@ -26,8 +27,12 @@ local function keeping()
 end
 
 -- Keeps a task whose delivery (or waiting) ended at `now` as `state` (COMPLETED or
--- CANCELLED) in `zset`.
+-- CANCELLED) in `zset`; its id is reserved for its dedupe window from now, as a task
+-- that is gone would be.
 local function keep_ended(id, meta, state, zset, now)
+  if meta.dedupe_ms > 0 then
+    redis.call('ZADD', reserved, string.format('%d', now + meta.dedupe_ms), id)
+  end
   meta.state = state
   meta.receipt = nil
   meta.lease_end = nil
@@ -65,10 +70,5 @@ local function prune(zset, now, added)
   for n, entry in ipairs(gone) do
     ids[n] = id_of(entry)
   end
-  bulk('HDEL', tasks, ids)
-  bulk('HDEL', payloads, ids)
-  bulk('HDEL', errors, ids)
-  bulk('HDEL', progress, ids)
-  bulk('HDEL', attempts, ids)
-  bulk('HDEL', results, ids)
+  drop_records(ids)
 end

@@ -10,6 +10,7 @@
 --- @include "load"
 --- @include "group_state"
 --- @include "unplace"
+--- @include "drop_records"
 -- The most DEAD tasks one run drops beyond the ones it made DEAD.
 local PRUNE_DEAD_EXTRA = 32
 
@@ -51,9 +52,5 @@ local function prune_dead(now, added)
     end
     ids[#ids + 1] = id
   end
-  bulk('HDEL', tasks, ids)
-  bulk('HDEL', payloads, ids)
-  bulk('HDEL', errors, ids)
-  bulk('HDEL', progress, ids)
-  bulk('HDEL', attempts, ids)
+  drop_records(ids)
 end
