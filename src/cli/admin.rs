@@ -302,11 +302,7 @@ pub async fn peek(args: PeekArgs) -> Outcome {
         .await?
         .into_inner()
         .tasks;
-    let state_name = |task: &pb::Task| {
-        pb::TaskState::try_from(task.state)
-            .map(|s| s.as_str_name().trim_start_matches("TASK_STATE_").to_owned())
-            .unwrap_or_else(|_| task.state.to_string())
-    };
+    let state_name = |task: &pb::Task| super::tasks::state_name(task.state);
     if args.client.json {
         for task in &tasks {
             let (key, payload) = payload_json(&task.payload);

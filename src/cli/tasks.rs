@@ -39,7 +39,8 @@ pub struct WaitArgs {
     pub client: ClientArgs,
 }
 
-fn state_name(state: i32) -> String {
+/// A state's name as the command line prints it (`DEAD`, `COMPLETED`).
+pub(super) fn state_name(state: i32) -> String {
     pb::TaskState::try_from(state)
         .map(|s| s.as_str_name().trim_start_matches("TASK_STATE_").to_owned())
         .unwrap_or_else(|_| state.to_string())

@@ -1234,22 +1234,7 @@ async fn enqueue_wait_prints_the_worker_s_result_and_wait_and_task_tell_the_stor
             ])
             .output(),
     );
-    let leased = loop {
-        let tasks = queues
-            .lease(pb::LeaseRequest {
-                queue: "jobs".into(),
-                max_tasks: 1,
-                visibility: ms(60_000),
-                wait: ms(10_000),
-                auto_ack: false,
-            })
-            .await?
-            .into_inner()
-            .tasks;
-        if let Some(task) = tasks.into_iter().next() {
-            break task;
-        }
-    };
+    let leased = peek_lease(&mut queues).await?;
     assert_eq!(leased.payload.as_ref(), b"{\"n\": 6}");
     queues
         .ack(pb::AckRequest {
