@@ -21,7 +21,7 @@ use crate::{
         scheduler::Scheduler,
         subscribe::{Pushed, SubscribeSpec},
         Attempt, Failure, LeaseSpec, Nacked, NewTask, Outcome, QueueStore, Schedule, Task,
-        TaskState, DEFAULT_MAX_ATTEMPTS, DEFAULT_VISIBILITY, MAX_BATCH, MAX_DURATION,
+        TaskCursor, TaskState, DEFAULT_MAX_ATTEMPTS, DEFAULT_VISIBILITY, MAX_BATCH, MAX_DURATION,
         MAX_PAYLOAD_BYTES, MAX_PROGRESS_BYTES, MAX_RESULT_BYTES, MAX_TASKS,
     },
     redis::TenantScoped,
@@ -188,52 +188,6 @@ fn state_filter(state: i32) -> Result<TaskState> {
         Ok(pb::TaskState::Cancelled) => TaskState::Cancelled,
         Err(_) => return Err(Error::invalid("state", format!("unknown value {state}"))),
     })
-}
-
-/// The longest page token of `ListTasks` (hex of state, score and member).
-const MAX_TASK_TOKEN: usize = 4 * 1024;
-
-/// A `ListTasks` page token: "t1." and the hex of "<state>\n<score>\n<member>", so a
-/// token of another state's listing is refused.
-fn task_token(state: TaskState, cursor: Option<(String, String)>) -> String {
-    let Some((score, member)) = cursor else {
-        return String::new();
-    };
-    let mut token = String::from("t1.");
-    for byte in format!("{}\n{score}\n{member}", state_name(state)).bytes() {
-        token.push_str(&format!("{byte:02x}"));
-    }
-    token
-}
-
-/// The cursor a `ListTasks` page token continues after; one we did not make for this
-/// state is INVALID_ARGUMENT naming `page_token`.
-fn task_cursor(state: TaskState, token: &str) -> Result<Option<(String, String)>> {
-    if token.is_empty() {
-        return Ok(None);
-    }
-    let refused = || Error::invalid("page_token", "not a page token of this listing");
-    let hex = token.strip_prefix("t1.").ok_or_else(refused)?;
-    if hex.len() % 2 != 0 || hex.len() > MAX_TASK_TOKEN {
-        return Err(refused());
-    }
-    let bytes = (0..hex.len())
-        .step_by(2)
-        .map(|at| u8::from_str_radix(&hex[at..at + 2], 16))
-        .collect::<Result<Vec<u8>, _>>()
-        .map_err(|_| refused())?;
-    let text = String::from_utf8(bytes).map_err(|_| refused())?;
-    let mut parts = text.splitn(3, '\n');
-    match (parts.next(), parts.next(), parts.next()) {
-        (Some(name), Some(score), Some(member)) if name == state_name(state) => {
-            Ok(Some((score.to_owned(), member.to_owned())))
-        }
-        _ => Err(refused()),
-    }
-}
-
-fn state_name(state: TaskState) -> &'static str {
-    state_message(state).as_str_name()
 }
 
 fn task_message(task: Task) -> pb::Task {
@@ -504,7 +458,7 @@ impl QueueService for QueueApi {
                 let state = state_filter(r.state)?;
                 let size = validate::count("page_size", r.page_size, 100, MAX_TASKS)?;
                 let group = r.group.as_deref().map(flow::group).transpose()?;
-                let cursor = task_cursor(state, &r.page_token)?;
+                let cursor = TaskCursor::from_token("page_token", state, &r.page_token)?;
                 let (tasks, next) = self
                     .store
                     .tenant(&call.tenant)
@@ -513,7 +467,7 @@ impl QueueService for QueueApi {
                 record_count(tasks.len());
                 Ok(pb::ListTasksResponse {
                     tasks: tasks.into_iter().map(task_message).collect(),
-                    next_page_token: task_token(state, next),
+                    next_page_token: TaskCursor::token(state, next.as_ref()),
                 })
             },
         )

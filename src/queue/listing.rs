@@ -17,7 +17,11 @@ use std::{
 
 use redis::Value;
 
-use super::{model::Stats, scripts::call, GroupConfig, QueueConfig, QueueStore};
+use super::{
+    model::{Stats, TaskState},
+    scripts::call,
+    GroupConfig, QueueConfig, QueueStore,
+};
 use crate::{
     error::{Error, Result},
     redis::reply::{int, string},
@@ -218,5 +222,58 @@ impl QueueStore {
                 .flatten(),
             items,
         })
+    }
+}
+
+/// Where a page of a state's tasks (`ListTasks`, the dashboard's tabs) goes on: the
+/// score and member of the last entry a page looked at in the state's zset
+/// (`lua/list_tasks.lua`). As a token: "t1." and the hex of "<state>\n<score>\n<member>",
+/// so a token of another state's listing is refused.
+pub struct TaskCursor;
+
+/// The longest task page token (hex of state, score and member).
+const MAX_TASK_TOKEN: usize = 4 * 1024;
+
+impl TaskCursor {
+    /// The token of `cursor` ('' for none: the last page).
+    pub fn token(state: TaskState, cursor: Option<&(String, String)>) -> String {
+        let Some((score, member)) = cursor else {
+            return String::new();
+        };
+        let mut token = String::from("t1.");
+        for byte in format!("{}\n{score}\n{member}", state.as_script_arg()).bytes() {
+            token.push_str(&format!("{byte:02x}"));
+        }
+        token
+    }
+
+    /// The cursor a token continues after (none for '': the first page); one not made
+    /// for `state`'s listing is INVALID_ARGUMENT naming `field`.
+    pub fn from_token(
+        field: &'static str,
+        state: TaskState,
+        token: &str,
+    ) -> Result<Option<(String, String)>> {
+        if token.is_empty() {
+            return Ok(None);
+        }
+        let refused = || Error::invalid(field, "not a page token of this listing");
+        let hex = token.strip_prefix("t1.").ok_or_else(refused)?;
+        if hex.len() % 2 != 0 || hex.len() > MAX_TASK_TOKEN {
+            return Err(refused());
+        }
+        let bytes = (0..hex.len())
+            .step_by(2)
+            .map(|at| u8::from_str_radix(&hex[at..at + 2], 16))
+            .collect::<Result<Vec<u8>, _>>()
+            .map_err(|_| refused())?;
+        let text = String::from_utf8(bytes).map_err(|_| refused())?;
+        let mut parts = text.splitn(3, '\n');
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some(name), Some(score), Some(member)) if name == state.as_script_arg() => {
+                Ok(Some((score.to_owned(), member.to_owned())))
+            }
+            _ => Err(refused()),
+        }
     }
 }

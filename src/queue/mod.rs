@@ -50,7 +50,7 @@ pub use config::{
     MAX_RATE_LIMIT, MAX_WEIGHT, RATE_PERIODS,
 };
 pub use history::{Minute, HISTORY_MINUTES};
-pub use listing::{GroupSummary, Page, QueueSummary};
+pub use listing::{GroupSummary, Page, QueueSummary, TaskCursor};
 pub use model::{
     Attempt, Dispatched, Enqueued, Failure, Fire, FireOutcome, Fired, LeaseSpec, Leased, Nacked,
     NewTask, Outcome, Schedule, Stats, StreamSlots, Task, TaskState, CUT_MARK, MAX_ERROR_BYTES,

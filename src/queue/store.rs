@@ -357,20 +357,7 @@ impl QueueStore {
         limit: u32,
         group: Option<&str>,
     ) -> Result<Vec<Task>> {
-        self.peek_run(queue, state.as_script_arg(), limit, group, 0)
-            .await
-    }
-
-    /// Up to `limit` tasks of `state` in delivery order after the first `skip` (the
-    /// dashboard's pages): found by rank, so a deep page costs what the first does.
-    pub async fn peek_page(
-        &self,
-        queue: &str,
-        state: TaskState,
-        skip: u64,
-        limit: u32,
-    ) -> Result<Vec<Task>> {
-        self.peek_run(queue, state.as_script_arg(), limit, None, skip)
+        self.peek_run(queue, state.as_script_arg(), limit, group)
             .await
     }
 
@@ -413,7 +400,7 @@ impl QueueStore {
     /// the queue has no such task).
     pub async fn task(&self, queue: &str, id: &str) -> Result<Option<Task>> {
         // The script's ARGV[5] carries the id (as it carries a group for READY).
-        let call = self.peek_call(queue, "task", 1, Some(id), 0);
+        let call = self.peek_call(queue, "task", 1, Some(id));
         let reply: Vec<redis::Value> = self.invoke_reclaiming(&call).await?;
         replies::task_with_story(&reply)
     }
@@ -424,9 +411,8 @@ impl QueueStore {
         state: &str,
         limit: u32,
         group: Option<&str>,
-        skip: u64,
     ) -> Result<Vec<Task>> {
-        let call = self.peek_call(queue, state, limit, group, skip);
+        let call = self.peek_call(queue, state, limit, group);
         let reply: Vec<redis::Value> = self.invoke_reclaiming(&call).await?;
         replies::task_rows(&reply)
     }
@@ -437,7 +423,6 @@ impl QueueStore {
         state: &str,
         limit: u32,
         group: Option<&str>,
-        skip: u64,
     ) -> Invocation<'_> {
         let keys = self.keys(queue);
         let mut call = call(&self.scripts.peek, &keys);
@@ -445,8 +430,7 @@ impl QueueStore {
             .arg(limit)
             .arg(REPLY_BUDGET_BYTES)
             .arg(if group.is_some() { "1" } else { "0" })
-            .arg(group.unwrap_or_default())
-            .arg(skip);
+            .arg(group.unwrap_or_default());
         call
     }
 

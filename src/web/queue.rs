@@ -2,8 +2,9 @@
 //! config, its groups with their counts, and its tasks of one state a page at a time
 //! (id, group, priority, attempts, due time, a preview of the payload as escaped text),
 //! each linking to its detail (`task.rs`); COMPLETED and CANCELLED tabs when the queue
-//! keeps ended tasks. Pages are found by rank in Redis, so the thousandth page of a
-//! hundred thousand DEAD tasks costs what the first does. An admin also gets the forms
+//! keeps ended tasks. Pages follow `ListTasks`' cursor (`QueueStore::list_tasks`): a page
+//! stays right while tasks come and go, and a page deep in a hundred thousand DEAD
+//! tasks costs what the first does. An admin also gets the forms
 //! of the actions (`actions.rs`): pause, limits, redrive, cancel (also of running
 //! tasks).
 
@@ -23,7 +24,12 @@ use super::{
     Dashboard,
 };
 use crate::{
-    auth::Viewer, error::Result, queue::TaskState, redis::TenantScoped, time::now_ms, validate,
+    auth::Viewer,
+    error::Result,
+    queue::{TaskCursor, TaskState},
+    redis::TenantScoped,
+    time::now_ms,
+    validate,
 };
 
 /// Tasks per page.
@@ -40,9 +46,12 @@ pub(super) struct QueueQuery {
     name: String,
     #[serde(default)]
     state: String,
-    /// 1-based.
+    /// Where the page starts: a `ListTasks` page token ('' for the first page).
     #[serde(default)]
-    page: Option<u64>,
+    after: String,
+    /// The 1-based position of the page's first task (shown, not trusted).
+    #[serde(default)]
+    at: Option<u64>,
 }
 
 /// The tabs: the four states every queue has, then the two a queue that keeps ended
@@ -92,10 +101,16 @@ pub(super) async fn render(
         TaskState::Cancelled => stats.cancelled,
     };
     let keeps = stats.config.keep_completed.is_some() || stats.completed + stats.cancelled > 0;
-    let pages = in_state.div_ceil(u64::from(TASKS_PER_PAGE)).max(1);
-    let page = query.page.unwrap_or(1).clamp(1, pages);
-    let skip = (page - 1) * u64::from(TASKS_PER_PAGE);
-    let tasks = queues.peek_page(name, state, skip, TASKS_PER_PAGE).await?;
+    let cursor = TaskCursor::from_token("after", state, &query.after)?;
+    let (tasks, next) = queues
+        .list_tasks(name, state, None, TASKS_PER_PAGE, cursor.as_ref())
+        .await?;
+    // Where this page starts, as the link to it said (the first page: 1).
+    let first = if cursor.is_some() {
+        query.at.unwrap_or(1).max(1)
+    } else {
+        1
+    };
     let now = now_ms();
 
     let mut main = format!("<h1>Queue <span class=\"name\">{}</span></h1>\n", esc(name));
@@ -164,9 +179,13 @@ pub(super) async fn render(
     if tasks.is_empty() {
         main.push_str("<p class=\"muted\">None.</p>\n");
     } else {
-        let first = skip + 1;
-        let last = skip + tasks.len() as u64;
-        let pager = pager(name, state_key, page, pages);
+        let last = first + tasks.len() as u64 - 1;
+        let pager = pager(
+            name,
+            state_key,
+            cursor.is_some(),
+            next.map(|next| (TaskCursor::token(state, Some(&next)), last + 1)),
+        );
         // An admin selects tasks in the table: the form wraps it, and its buttons
         // (redrive for DEAD, cancel for waiting tasks, cancel while running for those
         // in flight, remove for kept ones) name the ones checked.
@@ -271,28 +290,30 @@ pub(super) async fn render(
     Ok(main)
 }
 
-/// Links to the first, previous, next and last page, and where this one is.
-fn pager(name: &str, state: &str, page: u64, pages: u64) -> String {
-    if pages <= 1 {
+/// Links to the first page (from a later one) and to the next (with its token and the
+/// position of its first task). Pages follow `ListTasks`' cursor, so a page stays right
+/// while tasks come and go.
+fn pager(name: &str, state: &str, later: bool, next: Option<(String, u64)>) -> String {
+    if !later && next.is_none() {
         return String::new();
     }
-    let link = |to: u64, label: &str, rel: &str| {
-        if to == page || to == 0 || to > pages {
-            format!("<span class=\"muted\">{label}</span>")
-        } else {
-            format!(
-                "<a href=\"/queue?name={}&amp;state={state}&amp;page={to}\"{rel}>{label}</a>",
-                UrlPart(name)
-            )
-        }
+    let first = if later {
+        format!(
+            "<a href=\"/queue?name={}&amp;state={state}\">« first</a>",
+            UrlPart(name)
+        )
+    } else {
+        "<span class=\"muted\">« first</span>".to_owned()
     };
-    format!(
-        "<nav class=\"pager\" aria-label=\"pages of tasks\">{} {} <span>page {page} of {pages}</span> {} {}</nav>\n",
-        link(1, "« first", ""),
-        link(page - 1, "‹ previous", " rel=\"prev\""),
-        link(page + 1, "next ›", " rel=\"next\""),
-        link(pages, "last »", ""),
-    )
+    let next = match next {
+        Some((token, at)) => format!(
+            "<a href=\"/queue?name={}&amp;state={state}&amp;after={}&amp;at={at}\" rel=\"next\">next ›</a>",
+            UrlPart(name),
+            UrlPart(&token)
+        ),
+        None => "<span class=\"muted\">next ›</span>".to_owned(),
+    };
+    format!("<nav class=\"pager\" aria-label=\"pages of tasks\">{first} {next}</nav>\n")
 }
 
 /// The first characters of a payload as text (invalid UTF-8 shown as U+FFFD), on one

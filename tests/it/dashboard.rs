@@ -705,7 +705,7 @@ fn listed_ids(body: &str) -> Vec<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tasks_page_by_rank_and_a_task_opens_as_text_json_or_hex() -> TestResult {
+async fn tasks_page_by_cursor_and_a_task_opens_as_text_json_or_hex() -> TestResult {
     let redis = TestRedis::start().await;
     let server = TestServer::start(&redis).await;
     let addr = server.dashboard.expect("a dashboard");
@@ -719,21 +719,44 @@ async fn tasks_page_by_rank_and_a_task_opens_as_text_json_or_hex() -> TestResult
         let ids: Vec<&str> = chunk.iter().map(String::as_str).collect();
         enqueue(&server, "deep", &ids, Some(3_600_000)).await;
     }
-    // READY pages of 100 in enqueue order; the last one partial; past the end the last.
-    for (page, from, to) in [(1, 0, 100), (2, 100, 200), (3, 200, 230), (9, 200, 230)] {
-        let answer = get(addr, &format!("/queue?name=deep&page={page}"), None).await;
+    // READY pages of 100 in enqueue order, each linking to the next (ListTasks' cursor);
+    // the last one partial, with no next.
+    let next_of = |body: &str| -> Option<String> {
+        let at = body.find("\" rel=\"next\"")?;
+        let href = &body[..at];
+        Some(href[href.rfind("href=\"").unwrap() + 6..].replace("&amp;", "&"))
+    };
+    let mut path = "/queue?name=deep".to_owned();
+    let mut pages = Vec::new();
+    loop {
+        let answer = get(addr, &path, None).await;
         assert_eq!(answer.status, 200, "{}", answer.body);
-        assert_eq!(listed_ids(&answer.body), ready[from..to], "page {page}");
+        pages.push(answer.body.clone());
+        match next_of(&answer.body) {
+            Some(next) => path = next,
+            None => break,
+        }
     }
-    let third = get(addr, "/queue?name=deep&page=3", None).await;
-    assert!(third.body.contains("201–230 of 230"), "{}", third.body);
-    assert!(third.body.contains("page 3 of 3"));
-    assert!(third
-        .body
-        .contains("href=\"/queue?name=deep&amp;state=ready&amp;page=2\" rel=\"prev\""));
+    assert_eq!(pages.len(), 3);
+    for (page, (from, to)) in pages.iter().zip([(0, 100), (100, 200), (200, 230)]) {
+        assert_eq!(listed_ids(page), ready[from..to]);
+    }
+    assert!(pages[2].contains("201–230 of 230"), "{}", pages[2]);
+    assert!(pages[2].contains("href=\"/queue?name=deep&amp;state=ready\">« first</a>"));
     // DELAYED pages start after the READY tasks in the same sorted set.
-    let second = get(addr, "/queue?name=deep&state=delayed&page=2", None).await;
+    let first_delayed = get(addr, "/queue?name=deep&state=delayed", None).await;
+    let second = get(
+        addr,
+        &next_of(&first_delayed.body).expect("a next page"),
+        None,
+    )
+    .await;
     assert_eq!(listed_ids(&second.body), delayed[100..120]);
+    // A token of another state's listing is refused, naming the field.
+    let token = next_of(&first_delayed.body).unwrap();
+    let refused = get(addr, &token.replace("state=delayed", "state=dead"), None).await;
+    assert_eq!(refused.status, 400);
+    assert!(refused.body.contains("after:"), "{}", refused.body);
 
     // A task's page, in each view, escaped; an unknown id is a 404.
     let mut queues = server.queues().await;

@@ -8,9 +8,8 @@
 -- 'cancelled'), or 'task' for the one
 -- task whose id is ARGV[5] in whatever state; ARGV[2] limit, ARGV[3] the most payload
 -- bytes to return (always at least one task), ARGV[4] '1' when ARGV[5] names a group
--- (READY only: that group's tasks in its order), ARGV[6] how many tasks of the state to
--- skip first (the dashboard's pages; by rank, so a page deep in a hundred thousand DEAD
--- tasks costs what the first does; not with a group)
+-- (READY only: that group's tasks in its order). Pages of a state are ListTasks'
+-- (list_tasks.lua).
 -- Clock: Redis TIME.
 -- A run that returned a full run's worth of expired leases answers AGAIN and does
 -- nothing else (include/reclaim.lua); the store runs it again.
@@ -28,7 +27,6 @@
 --- @include "promote"
 local wanted, limit, budget = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local group = ARGV[4] == '1' and ARGV[5] or nil
-local skip = tonumber(ARGV[6]) or 0
 
 local now = now_ms()
 open_flow(now)
@@ -74,23 +72,23 @@ elseif wanted == 'ready' and flow.on then
   if group then
     members = group_members()
   else
-    members = by_rank(ranked, skip)
+    members = by_rank(ranked, 0)
   end
 elseif wanted == 'ready' and group and group ~= '' then
   -- Not in flow mode: no task has a group.
   members = {}
 elseif wanted == 'ready' then
-  members = by_rank(pending, skip, redis.call('ZCOUNT', pending, '-inf', now))
+  members = by_rank(pending, 0, redis.call('ZCOUNT', pending, '-inf', now))
 elseif wanted == 'delayed' then
-  members = by_rank(pending, redis.call('ZCOUNT', pending, '-inf', now) + skip)
+  members = by_rank(pending, redis.call('ZCOUNT', pending, '-inf', now))
 elseif wanted == 'in_flight' then
-  members = by_rank(inflight, skip)
+  members = by_rank(inflight, 0)
 elseif wanted == 'completed' then
-  members = by_rank(completed, skip)
+  members = by_rank(completed, 0)
 elseif wanted == 'cancelled' then
-  members = by_rank(cancelled, skip)
+  members = by_rank(cancelled, 0)
 else
-  members = by_rank(dead, skip)
+  members = by_rank(dead, 0)
 end
 local out = {}
 local ids, raws, bodies, failures, progresses = within_budget(members, budget)
