@@ -276,7 +276,13 @@ impl QueueService for QueueApi {
                     .collect();
                 if let (Some(waiting), Some(first)) = (waiting, results.first_mut()) {
                     let waited = waiting
-                        .finish(&store, queue, &first.id, call.deadline)
+                        .finish(
+                            &store,
+                            queue,
+                            &first.id,
+                            first.created || first.replaced,
+                            call.deadline,
+                        )
                         .await?;
                     first.done = waited.done;
                     first.task = waited.task.map(task_message);

@@ -137,9 +137,10 @@ impl QueueStore {
         id: &str,
         timeout: Duration,
     ) -> Result<WaitGuard> {
-        let (heard, _) = self.wait_start(queue, id, timeout, true).await?;
+        let (heard, first) = self.wait_start(queue, id, timeout, true).await?;
         Ok(WaitGuard {
             heard,
+            first,
             timeout,
             started: Instant::now(),
         })
@@ -227,23 +228,35 @@ impl QueueStore {
 /// A wait registered before its task was enqueued (`Enqueue.wait`).
 pub struct WaitGuard {
     heard: Heard,
+    /// What the registering look found: a task done and kept before the call (a `KEEP`
+    /// duplicate) is the answer; any later end is heard, since the wait was registered
+    /// before the enqueue.
+    first: Waited,
     timeout: Duration,
     started: Instant,
 }
 
 impl WaitGuard {
-    /// Waits for the task the caller enqueued (or found enqueued), for what is left
-    /// of the timeout.
+    /// Waits for the task the caller enqueued (or found enqueued: `stored` false), for
+    /// what is left of the timeout. A task stored anew (created, or replacing an ended
+    /// one) is not what the registering look saw.
     pub async fn finish(
         self,
         store: &QueueStore,
         queue: &str,
         id: &str,
+        stored: bool,
         deadline: Option<Instant>,
     ) -> Result<Waited> {
-        // The task may have been done (and kept) before: look once, then wait.
         let left = self.timeout.saturating_sub(self.started.elapsed());
-        let first = store.wait_script(queue, id, left, false).await?;
+        let first = if stored {
+            Waited {
+                done: false,
+                task: None,
+            }
+        } else {
+            self.first
+        };
         store
             .wait_rest(queue, id, left, deadline, self.heard, first)
             .await

@@ -453,6 +453,15 @@ async fn outcome_fields_refuse_bad_values_naming_the_field() -> TestResult {
         .await
         .unwrap_err();
     refused(no_id, "id");
+    let big_page = queues
+        .list_tasks(ListTasksRequest {
+            queue: "q".into(),
+            page_size: 1001,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    refused(big_page, "page_size");
     // The result of a receipt that went is refused, never stored: the ack did nothing.
     assert!(get_task(&mut queues, "a").await?.state() == TaskState::InFlight);
     Ok(())
@@ -828,7 +837,17 @@ async fn a_sigkilled_worker_s_delivery_is_in_the_history_as_expired_with_its_wor
     enqueue(&mut queues, vec![spec("stuck", 3)]).await?;
     let dir = common::TempDir::new("outcomes-kill");
     let started = dir.0.join("started");
-    let script = format!("touch {}; sleep 60", started.display());
+    // The command runs until the test lets it go (a line into a FIFO), so it outlives
+    // its killed parent by no fixed time.
+    let release = dir.0.join("release");
+    let fifo = std::ffi::CString::new(release.to_str().unwrap())?;
+    // SAFETY: mkfifo(3) on a NUL-terminated path we own.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    let script = format!(
+        "touch {}; read _ < {}",
+        started.display(),
+        release.display()
+    );
     let mut worker = common::cli_of(&server)
         .args(["work", "q", "--", "sh", "-c", &script])
         .stderr(std::process::Stdio::null())
@@ -853,5 +872,15 @@ async fn a_sigkilled_worker_s_delivery_is_in_the_history_as_expired_with_its_wor
         (1, AttemptOutcome::Expired)
     );
     assert!(!first.worker_id.is_empty(), "the work command's worker_id");
+    // Let the orphaned command go (non-blocking: nothing to do if it is gone).
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Ok(mut writer) = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&release)
+    {
+        use std::io::Write;
+        let _ = writer.write_all(b"go\n");
+    }
     Ok(())
 }

@@ -120,7 +120,7 @@ def test_async_cancel_running_cancels_the_handler_and_call_returns_results(serve
                 if task.id == "forever":
                     started.set()
                     try:
-                        await asyncio.sleep(3600)
+                        await asyncio.Event().wait()  # never set: runs until cancelled
                     except asyncio.CancelledError:
                         cancelled.append(task.id)
                         raise
