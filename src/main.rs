@@ -7,10 +7,7 @@ mod cli;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use cli::{
-    bench::{self, noop::NoopArgs, BenchArgs},
-    ClientCommand,
-};
+use cli::ClientCommand;
 use tokio::signal::unix::{signal, SignalKind};
 use turnstile::config::{Config, LogFormat};
 
@@ -25,13 +22,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the server.
-    Serve(Box<Config>),
-    /// Measure the server against its physical floors (starts its own Redis and server
-    /// unless given --server).
-    Bench(BenchArgs),
-    /// The bench's no-op gRPC lock server (its transport floor).
-    #[command(hide = true)]
-    BenchNoop(NoopArgs),
+    Serve(Config),
     /// The client commands (lock, work, enqueue, stats, peek, cancel, redrive).
     #[command(flatten)]
     Client(ClientCommand),
@@ -47,11 +38,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let format = match &cli.command {
         Command::Serve(config) => config.log_format,
-        Command::BenchNoop(args) => args.log_format,
         _ => LogFormat::Text,
     };
     let default_filter = match cli.command {
-        Command::Serve(_) | Command::BenchNoop(_) => "info",
+        Command::Serve(_) => "info",
         _ => "warn",
     };
     init_tracing(format, default_filter);
@@ -67,9 +57,7 @@ fn main() -> ExitCode {
     };
     runtime.block_on(async {
         let result = match cli.command {
-            Command::Serve(config) => serve(*config).await,
-            Command::Bench(args) => bench::run(args).await,
-            Command::BenchNoop(args) => bench::noop::serve(args).await,
+            Command::Serve(config) => serve(config).await,
             // A client command's exit status is its own (its command's, 75, 70, …).
             Command::Client(command) => return command.run().await,
         };

@@ -1,10 +1,9 @@
 //! The binary's client side: code that talks to a turnstile server from outside, like
-//! `redis-benchmark` and `redis-cli` beside `redis-server`. It is compiled into the
-//! `turnstile` binary only, never into the server library, and uses only the library's
-//! public surface (the generated gRPC clients, the stores' public methods, the
-//! embedded Redis).
+//! `redis-cli` beside `redis-server`. It is compiled into the `turnstile` binary only,
+//! never into the server library, and is built on the Rust client library
+//! ([`turnstile::client`]) and the generated gRPC clients. The benchmark is its own
+//! binary, `turnstile-bench` (the workspace member `bench/`).
 //!
-//! - [`bench`]: the benchmark.
 //! - [`lock`], [`semaphore`] and [`work`]: run a command under a lock or a semaphore's
 //!   permits, or once per task; [`watch`]: print a lock's changes; [`locks`]: list the
 //!   held locks.
@@ -16,7 +15,6 @@
 //!   [`run`] (the user's command): what the commands share.
 
 pub mod admin;
-pub mod bench;
 pub mod client;
 pub mod flow;
 pub mod lock;

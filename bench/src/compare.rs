@@ -1,4 +1,4 @@
-//! `turnstile bench --against PATH`: the same scenarios against this build and another
+//! `turnstile-bench --against PATH`: the same scenarios against this build and another
 //! binary (an older build), on one Redis, alternating the two in rounds (A B, then
 //! B A, …) so that the machine's drift falls on both alike. Each figure is printed for
 //! both, with the ratio this / against (the median of the rounds' ratios) and its

@@ -37,6 +37,8 @@ pub struct Target {
     /// The first server's dashboard (`host:port`), when it serves one (a build
     /// before the dashboard does not).
     pub dashboard: Option<String>,
+    /// The `turnstile` binary whose `serve` children this target starts.
+    bin: PathBuf,
     /// Children, killed on drop.
     children: Vec<Child>,
     embedded: Option<EmbeddedRedis>,
@@ -44,19 +46,29 @@ pub struct Target {
 }
 
 impl Target {
-    /// Starts what `server`/`redis_url` do not name.
-    pub async fn start(server: Option<String>, redis_url: Option<String>) -> Result<Self, String> {
-        let mut target = Self {
+    /// An empty target whose servers will be `bin serve` children on `redis_url`.
+    fn empty(bin: &Path, redis_url: Option<String>, children: Vec<Child>) -> Self {
+        Self {
             servers: Vec::new(),
             redis_url,
             server_pid: None,
             server_pids: Vec::new(),
             noop: String::new(),
             dashboard: None,
-            children: Vec::new(),
+            bin: bin.to_owned(),
+            children,
             embedded: None,
             dir: None,
-        };
+        }
+    }
+
+    /// Starts what `server`/`redis_url` do not name, with `bin` as the server.
+    pub async fn start(
+        bin: &Path,
+        server: Option<String>,
+        redis_url: Option<String>,
+    ) -> Result<Self, String> {
+        let mut target = Self::empty(bin, redis_url, Vec::new());
         match server {
             Some(server) => {
                 target.servers.push(if server.contains("://") {
@@ -91,34 +103,12 @@ impl Target {
 
     /// The server of another build, `bin`, on the Redis at `redis_url` (for `--against`),
     /// under its own key prefix so that its keys never meet this build's; the no-op
-    /// server is this build's.
+    /// server is this bench's.
     pub async fn other_build(redis_url: &str, bin: &Path) -> Result<Self, String> {
-        let mut target = Self {
-            servers: Vec::new(),
-            redis_url: Some(redis_url.to_owned()),
-            server_pid: None,
-            server_pids: Vec::new(),
-            noop: String::new(),
-            dashboard: None,
-            children: Vec::new(),
-            embedded: None,
-            dir: None,
-        };
-        let args = [
-            "serve",
-            "--redis-url",
-            redis_url,
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--key-prefix",
-            "turnstile-against",
-        ];
-        let (child, addr, dashboard) = spawn_exe(bin, &args).await?;
-        target.dashboard = dashboard;
-        target.server_pid = child.id();
-        target.server_pids.extend(child.id());
-        target.servers.push(format!("http://{addr}"));
-        target.children.push(child);
+        let mut target = Self::empty(bin, Some(redis_url.to_owned()), Vec::new());
+        target
+            .add_server(redis_url, &["--key-prefix", "turnstile-against"])
+            .await?;
         target.add_noop().await?;
         Ok(target)
     }
@@ -127,22 +117,13 @@ impl Target {
     /// the caller, whose `nodes` are stopped with the target), each also given
     /// `serve_args`.
     pub async fn replicas(
+        bin: &Path,
         redis_url: &str,
         serve_args: &[&str],
         replicas: usize,
         nodes: Vec<Child>,
     ) -> Result<Self, String> {
-        let mut target = Self {
-            servers: Vec::new(),
-            redis_url: Some(redis_url.to_owned()),
-            server_pid: None,
-            server_pids: Vec::new(),
-            noop: String::new(),
-            dashboard: None,
-            children: nodes,
-            embedded: None,
-            dir: None,
-        };
+        let mut target = Self::empty(bin, Some(redis_url.to_owned()), nodes);
         for _ in 0..replicas {
             target.add_server(redis_url, serve_args).await?;
         }
@@ -159,9 +140,13 @@ impl Target {
             redis_url,
             "--metrics-listen",
             "127.0.0.1:0",
+            "--listen",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
         ];
         args.extend_from_slice(serve_args);
-        let (child, addr, dashboard) = spawn(&args).await?;
+        let (child, addr, dashboard) = spawn(&self.bin, &args).await?;
         self.dashboard = self.dashboard.take().or(dashboard);
         self.server_pid = self.server_pid.or(child.id());
         self.server_pids.extend(child.id());
@@ -172,10 +157,17 @@ impl Target {
 
     /// Starts the no-op gRPC server child (the transport floor).
     async fn add_noop(&mut self) -> Result<(), String> {
-        let (child, addr, _) = spawn(&["bench-noop"]).await?;
+        let exe =
+            std::env::current_exe().map_err(|err| format!("cannot find this binary: {err}"))?;
+        let (child, addr, _) = spawn(&exe, &["--serve-noop"]).await?;
         self.noop = format!("http://{addr}");
         self.children.push(child);
         Ok(())
+    }
+
+    /// The `turnstile` binary this target's servers run.
+    pub fn bin(&self) -> &Path {
+        &self.bin
     }
 
     /// `count` connections to the turnstile servers, spread over them in turn.
@@ -239,19 +231,12 @@ async fn channels(url: &str, count: usize) -> Result<Vec<Channel>, String> {
     Ok(out)
 }
 
-/// Runs this binary with `args` on a free loopback port; waits for its ready line and
-/// returns the child and the address it serves on. Its stderr keeps being drained.
-async fn spawn(args: &[&str]) -> Result<(Child, String, Option<String>), String> {
-    let exe = std::env::current_exe().map_err(|err| format!("cannot find this binary: {err}"))?;
-    spawn_exe(&exe, args).await
-}
-
-/// [`spawn`] of the binary `exe`; also the dashboard's `host:port` when its ready line
-/// names one.
-async fn spawn_exe(exe: &Path, args: &[&str]) -> Result<(Child, String, Option<String>), String> {
+/// Runs `exe` with `args` (which make it listen on a free loopback port); waits for its
+/// JSON ready line and returns the child, the address it serves on and the dashboard's
+/// `host:port` when the line names one. Its stderr keeps being drained.
+async fn spawn(exe: &Path, args: &[&str]) -> Result<(Child, String, Option<String>), String> {
     let mut child = Command::new(exe)
         .args(args)
-        .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
         .env("TURNSTILE_LOG", "info")
         // Servers started side by side must not all take the dashboard's fixed port:
         // each its own (the `dashboard` scenario uses the first one's; an older build

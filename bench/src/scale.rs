@@ -78,12 +78,12 @@ const TOPOLOGIES: [Topology; 5] = [
 
 /// Runs every topology: a `scale_lock` and a `scale_queue` report each, named by its
 /// `topology` figure.
-pub async fn scale(clients: usize, duration: Duration) -> Result<Vec<Report>, String> {
+pub async fn scale(bin: &Path, clients: usize, duration: Duration) -> Result<Vec<Report>, String> {
     let dir = std::env::temp_dir().join(format!("turnstile-scale-{}", std::process::id()));
     let mut reports = Vec::new();
     for topology in &TOPOLOGIES {
         let _ = std::fs::remove_dir_all(&dir);
-        let measured = measure(topology, &dir, clients, duration).await;
+        let measured = measure(bin, topology, &dir, clients, duration).await;
         let _ = std::fs::remove_dir_all(&dir);
         reports.extend(measured?);
     }
@@ -91,13 +91,14 @@ pub async fn scale(clients: usize, duration: Duration) -> Result<Vec<Report>, St
 }
 
 async fn measure(
+    bin: &Path,
     topology: &Topology,
     dir: &Path,
     clients: usize,
     duration: Duration,
 ) -> Result<Vec<Report>, String> {
     let (url, args, nodes) = start_store(topology.store, dir).await?;
-    let target = Target::replicas(&url, &args, topology.replicas, nodes).await?;
+    let target = Target::replicas(bin, &url, &args, topology.replicas, nodes).await?;
     let servers = target.servers.len() as u64;
     let measured = async {
         let lock = locks::lock(&target, clients, duration).await?;

@@ -1,42 +1,29 @@
 //! The transport floor: a `LockService` whose `Acquire` and `Release` answer the same
 //! messages turnstile does without any work (no Redis, no validation), served by tonic
 //! like the real one. What it reaches is the limit of any gRPC lock service on this
-//! machine. Run as `turnstile bench-noop` (hidden), a child process of the bench.
+//! machine. Run as `turnstile-bench --serve-noop` (hidden), a child process of the bench.
 
 use std::{
-    net::SocketAddr,
     pin::Pin,
     sync::atomic::{AtomicU64, Ordering},
 };
 
-use clap::Args;
 use tokio_stream::Stream;
 use tonic::{transport::Server, Request, Response, Status};
 
 use turnstile::{
-    config::LogFormat,
     pb::{self, lock_service_server::LockService, lock_service_server::LockServiceServer},
     time::{now_ms, timestamp_from_ms},
 };
 
-/// `turnstile bench-noop` settings.
-#[derive(Clone, Debug, Args)]
-pub struct NoopArgs {
-    /// Where to listen.
-    #[arg(long, default_value = "127.0.0.1:0")]
-    pub listen: SocketAddr,
-    /// Log format (the bench reads the JSON ready line).
-    #[arg(long, value_enum, default_value_t = LogFormat::Json)]
-    pub log_format: LogFormat,
-}
-
-/// Serves the no-op lock service until the process is killed.
-pub async fn serve(args: NoopArgs) -> Result<(), String> {
-    let listener = tokio::net::TcpListener::bind(args.listen)
+/// Serves the no-op lock service on a free loopback port until the process is killed;
+/// its ready line on stderr is the JSON the bench reads from a `turnstile serve` child.
+pub async fn serve() -> Result<(), String> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
-        .map_err(|err| format!("cannot listen on {}: {err}", args.listen))?;
+        .map_err(|err| format!("cannot listen on 127.0.0.1:0: {err}"))?;
     let addr = listener.local_addr().map_err(|err| err.to_string())?;
-    tracing::info!(%addr, "ready");
+    eprintln!(r#"{{"fields":{{"message":"ready","addr":"{addr}"}}}}"#);
     Server::builder()
         .add_service(LockServiceServer::new(NoopLocks::default()))
         .serve_with_incoming(turnstile::grpc::connections::incoming(listener))

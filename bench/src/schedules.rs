@@ -232,7 +232,14 @@ pub async fn schedules(target: &Target) -> Result<Report, String> {
         .clone()
         .ok_or("schedules needs the Redis (--redis-url with --server)")?;
     let prefix = format!("turnstile-bench-schedules-{}", new_token());
-    let replicas = Target::replicas(&url, &["--key-prefix", &prefix], REPLICAS, Vec::new()).await?;
+    let replicas = Target::replicas(
+        target.bin(),
+        &url,
+        &["--key-prefix", &prefix],
+        REPLICAS,
+        Vec::new(),
+    )
+    .await?;
     let result = run(&replicas, &url).await;
     replicas.stop().await;
     result

@@ -1,14 +1,20 @@
-//! `turnstile bench`: measures the server against its physical floors in one run. It
-//! starts its own Redis and server (or measures `--server`), runs the chosen scenarios,
-//! shows a progress line on stderr, and prints a table (or one JSON object per
-//! scenario with `--json`). Speed is judged here, never by timed assertions in tests.
+//! `turnstile-bench`: measures the server against its physical floors in one run. It
+//! starts its own Redis and `turnstile serve` children (or measures `--server`), runs
+//! the chosen scenarios, shows a progress line on stderr, and prints a table (or one
+//! JSON object per scenario with `--json`). Speed is judged here, never by timed
+//! assertions in tests.
+//!
+//! It is its own binary, as `redis-benchmark` stands beside `redis-server`: the product
+//! binary carries no bench code. It reaches the library only through its public
+//! surface: the generated gRPC types and clients, the Rust client library, the embedded
+//! Redis, and the Redis handle for the floors.
 
 mod compare;
 mod dashboard;
 mod groups;
 mod idle;
 mod locks;
-pub mod noop;
+mod noop;
 mod queues;
 mod redis_cost;
 mod report;
@@ -20,9 +26,13 @@ mod target;
 mod watch;
 mod worker;
 
-use std::{path::PathBuf, time::Duration};
+use std::{
+    path::{Path, PathBuf},
+    process::ExitCode,
+    time::Duration,
+};
 
-use clap::{Args, ValueEnum};
+use clap::{Parser, ValueEnum};
 
 use report::Report;
 use target::Target;
@@ -106,8 +116,10 @@ pub enum Scenario {
     Scale,
 }
 
-/// `turnstile bench` settings.
-#[derive(Clone, Debug, Args)]
+/// turnstile-bench: measure a turnstile server against its physical floors (starts its
+/// own Redis and server unless given --server).
+#[derive(Clone, Debug, Parser)]
+#[command(version, about)]
 pub struct BenchArgs {
     /// Scenarios to run, in order (default: all).
     #[arg(value_enum)]
@@ -137,20 +149,75 @@ pub struct BenchArgs {
     /// Rounds of `--against` (each runs every scenario on both builds).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub rounds: u32,
+    /// The `turnstile` binary whose servers are measured (default: the one beside this
+    /// binary, where cargo builds both).
+    #[arg(long, env = "TURNSTILE_BIN", value_name = "PATH")]
+    pub turnstile: Option<PathBuf>,
+    /// Serve the no-op gRPC lock server (the transport floor) instead: how the bench
+    /// starts its own child.
+    #[arg(long, hide = true)]
+    pub serve_noop: bool,
+}
+
+fn main() -> ExitCode {
+    let args = BenchArgs::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("turnstile-bench: cannot start the runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        if args.serve_noop {
+            noop::serve().await
+        } else {
+            run(args).await
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("turnstile-bench: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The `turnstile` binary to start: `--turnstile`, else the one beside this binary.
+fn server_binary(args: &BenchArgs) -> Result<PathBuf, String> {
+    let bin = match &args.turnstile {
+        Some(bin) => bin.clone(),
+        None => std::env::current_exe()
+            .map_err(|err| format!("cannot find this binary: {err}"))?
+            .with_file_name("turnstile"),
+    };
+    if bin.is_file() {
+        Ok(bin)
+    } else {
+        Err(format!(
+            "no turnstile binary at {} (build it with `cargo build --release`, or pass --turnstile PATH)",
+            bin.display()
+        ))
+    }
 }
 
 /// Runs the bench; an error is one line (a scenario failed, or a check such as
 /// seckill's sales did not hold).
-pub async fn run(args: BenchArgs) -> Result<(), String> {
+async fn run(args: BenchArgs) -> Result<(), String> {
+    let bin = server_binary(&args)?;
     let scenarios = if args.scenarios.is_empty() {
         Scenario::value_variants().to_vec()
     } else {
         args.scenarios.clone()
     };
     if let Some(other) = &args.against {
-        return against(&args, &scenarios, other).await;
+        return against(&args, &scenarios, &bin, other).await;
     }
-    let target = Target::start(args.server.clone(), args.redis_url.clone()).await?;
+    let target = Target::start(&bin, args.server.clone(), args.redis_url.clone()).await?;
     let result = run_scenarios(&target, &args, &scenarios).await;
     target.stop().await;
     let reports = result?;
@@ -165,7 +232,8 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
 async fn against(
     args: &BenchArgs,
     scenarios: &[Scenario],
-    other: &std::path::Path,
+    bin: &Path,
+    other: &Path,
 ) -> Result<(), String> {
     if args.server.is_some() {
         return Err("--against starts both servers itself: leave out --server".into());
@@ -173,7 +241,7 @@ async fn against(
     if scenarios.contains(&Scenario::Scale) {
         return Err("--against does not take `scale`, which starts its own topologies".into());
     }
-    let this = Target::start(None, args.redis_url.clone()).await?;
+    let this = Target::start(bin, None, args.redis_url.clone()).await?;
     let redis_url = this.redis_url.clone().unwrap_or_default();
     let that = match Target::other_build(&redis_url, other).await {
         Ok(that) => that,
@@ -298,7 +366,7 @@ async fn one_scenario(
             Scenario::Idle => vec![idle::idle(target).await?],
             Scenario::Schedules => vec![schedules::schedules(target).await?],
             Scenario::Worker => vec![worker::worker(target).await?],
-            Scenario::Scale => scale::scale(args.concurrency, args.duration).await?,
+            Scenario::Scale => scale::scale(target.bin(), args.concurrency, args.duration).await?,
         }
     })
 }
