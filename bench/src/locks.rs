@@ -21,10 +21,8 @@ use super::{
     target::Target,
 };
 use turnstile::{
-    limits::Limits,
-    lock::{AcquireOutcome, AcquireSpec, LockStore},
+    floor::Floor,
     pb::{lock_service_client::LockServiceClient, AcquireRequest, ReleaseRequest},
-    shutdown::Shutdown,
 };
 
 type Locks = LockServiceClient<Channel>;
@@ -142,14 +140,13 @@ pub async fn lock(target: &Target, clients: usize, duration: Duration) -> Result
 }
 
 /// The same acquire and release scripts run straight on Redis by the library's
-/// `LockStore`, same concurrency, no gRPC.
+/// `Floor`, same concurrency, no gRPC.
 async fn redis_floor(url: &str, clients: usize, duration: Duration) -> Result<f64, String> {
-    let redis = super::target::redis_handle(url)?;
-    let store = LockStore::new(redis, Limits::new(1 << 20, 1 << 20), Shutdown::new());
+    let floor = Floor::connect(url)?;
     let states = (0..clients)
         .map(|i| {
             (
-                store.clone(),
+                floor.clone(),
                 format!("bench:lock-floor:{i}"),
                 format!("bench-{i}"),
             )
@@ -159,23 +156,9 @@ async fn redis_floor(url: &str, clients: usize, duration: Duration) -> Result<f6
         "lock (redis floor)",
         states,
         duration,
-        |(store, name, owner)| async move {
-            let spec = AcquireSpec {
-                name: name.clone(),
-                owner: owner.clone(),
-                ttl: Duration::from_secs(10),
-                wait: Duration::ZERO,
-                request_id: String::new(),
-            };
-            let outcome = store.acquire(spec, None).await.map_err(|e| e.to_string())?;
-            let AcquireOutcome::Acquired(lease) = outcome else {
-                return Err(format!("{name} was not free"));
-            };
-            store
-                .release(&name, &lease.token)
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok((store, name, owner))
+        |(floor, name, owner)| async move {
+            floor.lock_cycle(&name, &owner).await?;
+            Ok((floor, name, owner))
         },
     )
     .await?;

@@ -26,7 +26,7 @@ pub async fn serve() -> Result<(), String> {
     eprintln!(r#"{{"fields":{{"message":"ready","addr":"{addr}"}}}}"#);
     Server::builder()
         .add_service(LockServiceServer::new(NoopLocks::default()))
-        .serve_with_incoming(turnstile::grpc::connections::incoming(listener))
+        .serve_with_incoming(turnstile::floor::incoming(listener))
         .await
         .map_err(|err| format!("server failed: {err}"))
 }

@@ -24,12 +24,11 @@ use super::{
     target::Target,
 };
 use turnstile::{
+    floor::Floor,
     pb::{
         queue_service_client::QueueServiceClient, subscribe_response::Event, task_spec, AckRequest,
         EnqueueRequest, SubscribeRequest, TaskSpec,
     },
-    queue::{NewTask, QueueStore, Schedule, StreamSlots},
-    shutdown::Shutdown,
     token::new_token,
 };
 
@@ -305,11 +304,10 @@ pub async fn queue_over(
 }
 
 /// The same enqueue, dispatch and ack scripts run straight on Redis by the library's
-/// `QueueStore`: producers enqueue batches, consumers take up to 64 and ack them in one
+/// `Floor`: producers enqueue batches, consumers take up to 64 and ack them in one
 /// call. No gRPC. Tasks per second, and Redis CPU µs per task.
 async fn queue_floor(url: &str, duration: Duration) -> Result<(f64, f64), String> {
-    let redis = super::target::redis_handle(url)?;
-    let store = QueueStore::new(redis, Shutdown::new());
+    let floor = Floor::connect(url)?;
     let queue = format!("bench:queue_floor:{}", new_token());
     let (progress, _shown) = Progress::show("queue (redis floor)".into());
     let enqueued = Arc::new(AtomicI64::new(0));
@@ -319,8 +317,8 @@ async fn queue_floor(url: &str, duration: Duration) -> Result<(f64, f64), String
     let until = started + duration;
     let mut workers = JoinSet::new();
     for _ in 0..PRODUCERS {
-        let (store, queue, enqueued, acked) = (
-            store.clone(),
+        let (floor, queue, enqueued, acked) = (
+            floor.clone(),
             queue.clone(),
             enqueued.clone(),
             acked.clone(),
@@ -332,62 +330,27 @@ async fn queue_floor(url: &str, duration: Duration) -> Result<(f64, f64), String
                     tokio::time::sleep(Duration::from_micros(500)).await;
                     continue;
                 }
-                let tasks: Vec<NewTask> = (0..BATCH)
-                    .map(|_| NewTask {
-                        id: new_token(),
-                        payload: Bytes::from_static(&[0; 8]),
-                        schedule: Schedule::Now,
-                        replace: false,
-                        max_attempts: turnstile::queue::DEFAULT_MAX_ATTEMPTS,
-                        dedupe_window: Duration::ZERO,
-                        fresh_id: true,
-                        group: String::new(),
-                        priority: 0,
-                    })
-                    .collect();
                 enqueued.fetch_add(BATCH as i64, Ordering::Relaxed);
-                store
-                    .enqueue(&queue, &tasks)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                floor.enqueue(&queue, BATCH).await?;
             }
             Ok::<_, String>(())
         });
     }
     for _ in 0..SUBSCRIBERS {
-        let (store, queue, acked, progress) = (
-            store.clone(),
+        let (floor, queue, acked, progress) = (
+            floor.clone(),
             queue.clone(),
             acked.clone(),
             progress.clone(),
         );
         let session = new_token();
-        let slots = [StreamSlots {
-            tag: format!("s:{session}"),
-            session,
-            max_in_flight: MAX_IN_FLIGHT,
-            visibility: Duration::from_secs(30),
-        }];
         workers.spawn(async move {
             while Instant::now() < until {
-                let dispatched = store
-                    .dispatch(&queue, &slots)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                if dispatched.tasks.is_empty() {
+                let n = floor.take_and_ack(&queue, &session, MAX_IN_FLIGHT).await?;
+                if n == 0 {
                     tokio::time::sleep(Duration::from_micros(200)).await;
                     continue;
                 }
-                let receipts: Vec<String> = dispatched
-                    .tasks
-                    .into_iter()
-                    .map(|(_, t)| t.receipt)
-                    .collect();
-                let done = store
-                    .ack(&queue, &receipts)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let n = done.iter().filter(|a| **a).count() as u64;
                 acked.fetch_add(n, Ordering::Relaxed);
                 progress.add(n);
             }

@@ -20,7 +20,7 @@ use super::{
     report::{Extra, Report},
     target::Target,
 };
-use turnstile::redis::embedded::free_port;
+use turnstile::embedded::free_port;
 
 /// Queues the queue run spreads its work over: enough that a cluster's three primaries
 /// each get some (a queue lives on one slot, so one queue cannot use more than one).

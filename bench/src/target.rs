@@ -15,11 +15,7 @@ use tokio::{
 };
 use tonic::transport::Channel;
 
-use turnstile::redis::{
-    connection_info,
-    embedded::{Bind, EmbeddedOptions, EmbeddedRedis},
-    Keys, Redis,
-};
+use turnstile::embedded::{Bind, EmbeddedOptions, EmbeddedRedis};
 
 /// The servers under test.
 pub struct Target {
@@ -196,24 +192,6 @@ impl Target {
             let _ = std::fs::remove_dir_all(dir);
         }
     }
-}
-
-/// The library's Redis handle for the floors: `url` lists a cluster's seed nodes when
-/// it has several, comma-separated (as `--redis-url` does with `--redis-cluster`).
-pub fn redis_handle(url: &str) -> Result<Redis, String> {
-    let timeout = Duration::from_secs(2);
-    let keys = Keys::new("turnstile");
-    if url.contains(',') {
-        let seeds = url
-            .split(',')
-            .map(|seed| connection_info(seed, None))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|err| err.to_string())?;
-        Redis::cluster(seeds, None, timeout, keys)
-    } else {
-        Redis::new(url, timeout, keys)
-    }
-    .map_err(|err| err.to_string())
 }
 
 /// Separate HTTP/2 connections (one connection is one hyper task on each side, so

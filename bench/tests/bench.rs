@@ -6,7 +6,7 @@
 
 use std::{path::PathBuf, process::Command};
 
-use turnstile::redis::embedded::{Bind, EmbeddedOptions, EmbeddedRedis};
+use turnstile::embedded::{Bind, EmbeddedOptions, EmbeddedRedis};
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 

@@ -21,7 +21,7 @@ use std::{
 
 use tokio::sync::watch;
 
-pub use crate::tenant::{Tenant, DEFAULT_TENANT};
+pub use crate::tenant::Tenant;
 use crate::{
     error::{Error, Result},
     method::{Method, LOCK_SERVICE, QUEUE_SERVICE, SCHEDULE_SERVICE, SEMAPHORE_SERVICE},

@@ -30,11 +30,9 @@ use crate::{
     },
     shutdown::Shutdown,
 };
-pub use held_index::LockPage;
 use held_index::SlotRegistry;
 pub use model::{
-    generation_arg, AcquireOutcome, AcquireSpec, Attempt, Description, Holder, Lease, Renewal,
-    Stop, Won,
+    generation_arg, AcquireOutcome, AcquireSpec, Attempt, Holder, Lease, Renewal, Stop, Won,
 };
 use owner_index::OwnerIndex;
 pub use scripts::LockScripts;

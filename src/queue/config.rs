@@ -68,9 +68,9 @@ impl RateLimit {
 pub enum Limit {
     Paused,
     MaxInFlight,
-    RateLimit,
+    Rate,
     GroupMaxInFlight,
-    GroupRateLimit,
+    GroupRate,
 }
 
 impl Limit {
@@ -78,9 +78,9 @@ impl Limit {
     pub const ALL: [Limit; 5] = [
         Limit::Paused,
         Limit::MaxInFlight,
-        Limit::RateLimit,
+        Limit::Rate,
         Limit::GroupMaxInFlight,
-        Limit::GroupRateLimit,
+        Limit::GroupRate,
     ];
 
     /// Its name, as the scripts and the metric's `reason` label spell it.
@@ -88,9 +88,9 @@ impl Limit {
         match self {
             Limit::Paused => "paused",
             Limit::MaxInFlight => "max_in_flight",
-            Limit::RateLimit => "rate_limit",
+            Limit::Rate => "rate_limit",
             Limit::GroupMaxInFlight => "group_max_in_flight",
-            Limit::GroupRateLimit => "group_rate_limit",
+            Limit::GroupRate => "group_rate_limit",
         }
     }
 
@@ -279,11 +279,7 @@ mod tests {
     fn the_limits_a_script_names_are_read_back_and_unknown_ones_refused() {
         assert_eq!(
             Limit::from_script("rate_limit,group_rate_limit,group_rate_limit").unwrap(),
-            [
-                Limit::RateLimit,
-                Limit::GroupRateLimit,
-                Limit::GroupRateLimit
-            ]
+            [Limit::Rate, Limit::GroupRate, Limit::GroupRate]
         );
         assert!(Limit::from_script("").unwrap().is_empty());
         assert!(Limit::from_script("sleepy").is_err());

@@ -49,17 +49,15 @@ pub use config::{
     GroupConfig, Limit, QueueConfig, QueueConfigChange, RateLimit, Retention, MAX_KEEP_COUNT,
     MAX_RATE_LIMIT, MAX_WEIGHT, RATE_PERIODS,
 };
-pub use history::{Minute, HISTORY_MINUTES};
-pub use listing::{GroupSummary, Page, QueueSummary, TaskCursor};
+pub use history::Minute;
+pub use listing::{QueueSummary, TaskCursor};
 pub use model::{
-    Attempt, Dispatched, Enqueued, Failure, Fire, FireOutcome, Fired, LeaseSpec, Leased, Nacked,
-    NewTask, Outcome, Schedule, Stats, StreamSlots, Task, TaskState, CUT_MARK, MAX_ERROR_BYTES,
-    MAX_PROGRESS_BYTES, MAX_RESULT_BYTES,
+    Attempt, Dispatched, Enqueued, Failure, Fire, FireOutcome, LeaseSpec, Nacked, NewTask, Outcome,
+    Schedule, StreamSlots, Task, TaskState, MAX_PROGRESS_BYTES, MAX_RESULT_BYTES,
 };
 pub use scripts::QueueScripts;
-pub use waits::{WaitGuard, Waited};
 use watch::QueueWatch;
-pub use workers::{OpenStream, REPLICA_ALIVE, STREAMS_SHOWN};
+pub use workers::STREAMS_SHOWN;
 
 /// Most tasks in one `Enqueue`, and most receipts or ids in one `Ack`, `Cancel` or
 /// `Redrive`.

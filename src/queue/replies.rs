@@ -319,7 +319,7 @@ mod tests {
         assert_eq!(got.next_pending_ms, None);
         assert_eq!(got.next_lease_end_ms, Some(99));
         assert_eq!(got.held, vec![1, 0]);
-        assert_eq!(got.held_back, [Limit::RateLimit]);
+        assert_eq!(got.held_back, [Limit::Rate]);
         assert_eq!(got.tasks.len(), 1);
         assert_eq!(got.tasks[0].0, 0);
         assert_eq!(got.tasks[0].1.state, TaskState::InFlight);

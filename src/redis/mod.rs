@@ -43,7 +43,7 @@ pub use pool::SOCKETS;
 use pool::{socket_of, Conn, Manager, Socket, POOL_SIZE};
 pub use script::{Invocation, Script, Source};
 pub use url::{connection_info, redact};
-pub use version::{check_version, MIN_REDIS_VERSION};
+pub use version::check_version;
 use wait::Wait;
 
 /// The server's way to Redis. Clone it freely.

@@ -26,7 +26,7 @@ use crate::{
     shutdown::Shutdown,
 };
 use line::LocalLine;
-pub use model::{Grant, SemaphoreDescription, SemaphoreHolder, SemaphoreOutcome, SemaphoreSpec};
+pub use model::{SemaphoreOutcome, SemaphoreSpec};
 pub use scripts::SemaphoreScripts;
 
 /// The largest `limit`.

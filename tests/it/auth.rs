@@ -1197,7 +1197,7 @@ struct TlsRedis {
 impl TlsRedis {
     fn start(pki: &Pki, identity: &Issued, password: &str) -> Self {
         let dir = TempDir::new("tls-redis");
-        let port = turnstile::redis::embedded::free_port().expect("free port");
+        let port = turnstile::embedded::free_port().expect("free port");
         let (cert, key, ca) = (
             pki.write("redis.pem", &identity.cert),
             pki.write("redis.key", &identity.key),

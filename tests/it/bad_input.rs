@@ -11,7 +11,6 @@ use common::{ms, TestRedis, TestResult, TestServer};
 use prost::Message;
 use tonic::{Code, Status};
 use turnstile::{
-    grpc::status::rich::{BadRequest, RpcStatus, BAD_REQUEST_TYPE},
     pb::{
         schedule, task_spec::Schedule as TaskSchedule, AckRequest, AcquireRequest, CancelRequest,
         CheckFenceRequest, ConfigureGroupRequest, ConfigureQueueRequest, DeleteScheduleRequest,
@@ -23,6 +22,7 @@ use turnstile::{
         SemaphoreServiceExtendRequest, SemaphoreServiceHoldRequest, SemaphoreServiceReleaseRequest,
         StatsRequest, SubscribeRequest, TaskSpec, TaskState, TriggerScheduleRequest, WatchRequest,
     },
+    testing::rich::{BadRequest, RpcStatus, BAD_REQUEST_TYPE},
 };
 
 type Call = Pin<Box<dyn Future<Output = Result<(), Status>> + Send>>;

@@ -889,7 +889,7 @@ async fn a_wait_rides_through_a_restart_of_its_replica() -> TestResult {
         let queue = client.queue("jobs");
         async move { queue.wait("late", Duration::from_secs(60)).await }
     });
-    let watched = turnstile::redis::Keys::new("turnstile").queue("jobs").all[23].clone();
+    let watched = turnstile::testing::Keys::new("turnstile").queue("jobs").all[23].clone();
     let registered = || {
         let (redis, watched) = (&redis, watched.clone());
         async move {

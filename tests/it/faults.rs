@@ -242,7 +242,7 @@ async fn everything_recovers_when_redis_is_killed_and_restarted_under_load() -> 
         .arg(0)
         .query_async(&mut redis.conn().await)
         .await?;
-    let scripts = turnstile::queue::QueueScripts::new();
+    let scripts = turnstile::testing::QueueScripts::new();
     let lease_sha = scripts
         .all()
         .into_iter()

@@ -34,6 +34,9 @@ const LAYERS: &[(&str, u8)] = &[
     ("web", 8),
     // The Rust client library: allowed only `pb` and the foundations (below).
     ("client", 9),
+    // The benchmark's entry: the stores' scripts straight on Redis, and the server's
+    // accept loop.
+    ("floor", 9),
     // Composition.
     ("config", 9),
     ("server", 10),

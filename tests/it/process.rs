@@ -471,7 +471,7 @@ async fn killed_server_loses_no_delivery_and_no_lock_outlives_its_ttl(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settings_are_read_from_their_turnstile_environment_variables() -> TestResult {
     let redis = TestRedis::start().await;
-    let port = turnstile::redis::embedded::free_port()?;
+    let port = turnstile::embedded::free_port()?;
     let mut server = Reaped(
         Command::new(BIN)
             .arg("serve")

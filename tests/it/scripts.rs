@@ -10,14 +10,9 @@ use std::time::Duration;
 use common::{TestRedis, TestResult};
 use redis::AsyncCommands;
 use tokio_stream::StreamExt;
-use turnstile::{
-    error::Error,
-    lock::LockScripts,
-    queue::QueueScripts,
-    redis::{script::NO_WRITES, Keys, Redis, Script},
-};
+use turnstile::testing::{Error, Keys, LockScripts, QueueScripts, Redis, Script, NO_WRITES};
 
-fn lock_script(scripts: &LockScripts, name: &str) -> &'static turnstile::redis::Source {
+fn lock_script(scripts: &LockScripts, name: &str) -> &'static turnstile::testing::Source {
     scripts
         .all()
         .into_iter()
@@ -35,12 +30,12 @@ fn queue_script<'a>(scripts: &'a QueueScripts, name: &str) -> &'a Script {
 }
 
 /// Every script of the four areas.
-fn all_scripts() -> Vec<&'static turnstile::redis::Source> {
+fn all_scripts() -> Vec<&'static turnstile::testing::Source> {
     let (locks, queues, schedules, semaphores) = (
         LockScripts::new(),
         QueueScripts::new(),
-        turnstile::schedule::ScheduleScripts::new(),
-        turnstile::semaphore::SemaphoreScripts::new(),
+        turnstile::testing::ScheduleScripts::new(),
+        turnstile::testing::SemaphoreScripts::new(),
     );
     locks
         .all()
@@ -129,8 +124,8 @@ fn every_script_carries_only_the_helpers_it_names_and_no_bare_keys() {
     let (locks, queues, schedules, semaphores) = (
         LockScripts::new(),
         QueueScripts::new(),
-        turnstile::schedule::ScheduleScripts::new(),
-        turnstile::semaphore::SemaphoreScripts::new(),
+        turnstile::testing::ScheduleScripts::new(),
+        turnstile::testing::SemaphoreScripts::new(),
     );
     let all: Vec<&Script> = locks
         .all()
@@ -239,7 +234,7 @@ async fn redis_refuses_a_write_from_a_script_that_declares_no_writes() -> TestRe
 async fn a_failing_script_names_the_file_and_line_of_ours_that_failed() -> TestResult {
     let redis = TestRedis::start().await;
     let handle = Redis::with_info(
-        turnstile::redis::connection_info(&redis.url(), None)?,
+        turnstile::testing::connection_info(&redis.url(), None)?,
         Duration::from_secs(2),
         Keys::new("t"),
     )?;

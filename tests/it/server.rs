@@ -198,7 +198,7 @@ async fn accepted_connections_have_nagle_off() -> TestResult {
     // which broke the promptness of pushes and wake-ups.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    let mut incoming = Box::pin(turnstile::grpc::connections::incoming(listener));
+    let mut incoming = Box::pin(turnstile::floor::incoming(listener));
     let _client = tokio::net::TcpStream::connect(addr).await?;
     let accepted = incoming.next().await.expect("a connection")?;
     assert!(accepted.nodelay()?);

@@ -14,7 +14,7 @@ use std::{
 use base64::Engine;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use turnstile::redis::embedded::free_port;
+use turnstile::embedded::free_port;
 
 use super::TempDir;
 

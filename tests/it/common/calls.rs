@@ -79,7 +79,7 @@ pub fn write_auth_file(
         let permissions: Vec<String> = permissions.iter().map(|p| format!("{p:?}")).collect();
         text.push_str(&format!(
             "[[token]]\nsha256 = \"{}\"\ntenant = {tenant:?}\npermissions = [{}]\n\n",
-            hex(&turnstile::auth::sha256(token)),
+            hex(&turnstile::testing::sha256(token)),
             permissions.join(", ")
         ));
     }

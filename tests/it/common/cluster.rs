@@ -10,7 +10,7 @@ use std::{
 
 use redis::cluster_async::ClusterConnection;
 
-use turnstile::redis::embedded::free_port;
+use turnstile::embedded::free_port;
 
 use super::{eventually, eventually_explained, TempDir};
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use turnstile::redis::embedded::{free_port, Bind, EmbeddedOptions, EmbeddedRedis};
+use turnstile::embedded::{free_port, Bind, EmbeddedOptions, EmbeddedRedis};
 
 use super::{eventually, init_tracing, TempDir, WAIT};
 

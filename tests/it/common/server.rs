@@ -11,8 +11,8 @@ use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
 use tonic::transport::{Channel, ClientTlsConfig};
 use turnstile::{
     config::Config,
+    embedded::free_port,
     pb::{lock_service_client::LockServiceClient, queue_service_client::QueueServiceClient},
-    redis::embedded::free_port,
 };
 
 use super::{eventually, Store, WAIT};
