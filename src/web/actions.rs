@@ -3,23 +3,23 @@
 //! pause or resume a schedule. Each is a POST to `/action` that must come from this
 //! origin (`session::same_origin`) and from a viewer with `admin`; the first POST shows
 //! what it will do and asks to confirm, the second (with `confirmed=yes`) does it and
-//! shows what it did. The pages render the forms with the helpers here, and only for an
-//! admin, so a read-only viewer sees no buttons (and is refused if it posts anyway).
+//! shows what it did. The pages render the forms (`forms.rs`) only for an admin, so a
+//! read-only viewer sees no buttons (and is refused if it posts anyway).
 
-use std::{fmt::Write, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
-use axum::{extract::State, http::HeaderMap, response::Response, Form};
+use axum::{extract::State, response::Response, Form};
 
 use super::{
-    failure,
-    html::{esc, UrlPart},
-    session::same_origin,
-    Dashboard,
+    html::{Html, Url},
+    session::SameOrigin,
+    wording::limits,
+    Asking, Dashboard,
 };
 use crate::{
     auth::Viewer,
     error::{Error, Result},
-    queue::{QueueConfig, QueueConfigChange, RateLimit, TaskState, MAX_RATE_LIMIT},
+    queue::{QueueConfigChange, RateLimit, MAX_RATE_LIMIT},
     redis::TenantScoped,
     validate,
 };
@@ -121,67 +121,76 @@ impl Action {
         })
     }
 
-    /// What it will do, as a sentence of escaped HTML.
-    fn describe(&self) -> String {
-        let tasks = |ids: &[String]| {
-            let shown: Vec<String> = ids.iter().take(10).map(|id| esc(id).to_string()).collect();
-            let more = if ids.len() > 10 {
-                format!(" and {} more", ids.len() - 10)
-            } else {
-                String::new()
-            };
-            format!(
-                "{} task{} ({}{more})",
-                ids.len(),
-                plural(ids.len()),
-                shown.join(", ")
-            )
-        };
+    /// What it will do, as a sentence.
+    fn describe(&self) -> Html {
+        let mut out = Html::new();
         match self {
-            Action::PauseQueue(q) => format!("Pause queue <b>{}</b>: nothing of it is delivered until it is resumed; it still takes tasks.", esc(q)),
-            Action::ResumeQueue(q) => format!("Resume queue <b>{}</b>.", esc(q)),
-            Action::Limits(q, l) => format!(
-                "Set the limits of queue <b>{}</b>: {}; {}; {}.",
-                esc(q),
-                limit_text(l.max_in_flight, "in flight"),
-                limit_text(l.per_second, "deliveries a second"),
-                limit_text(l.group_max_in_flight, "in flight per group"),
+            Action::PauseQueue(q) => {
+                html!(out; "Pause queue <b>", q, "</b>: nothing of it is delivered until it is resumed; it still takes tasks.")
+            }
+            Action::ResumeQueue(q) => html!(out; "Resume queue <b>", q, "</b>."),
+            Action::Limits(q, l) => html!(out;
+                "Set the limits of queue <b>", q, "</b>: ",
+                limit_text(l.max_in_flight, "in flight"), "; ",
+                limit_text(l.per_second, "deliveries a second"), "; ",
+                limit_text(l.group_max_in_flight, "in flight per group"), "."
             ),
-            Action::PauseGroup(q, g) => format!("Pause group <b>{}</b> of queue <b>{}</b>.", group_name(g), esc(q)),
-            Action::ResumeGroup(q, g) => format!("Resume group <b>{}</b> of queue <b>{}</b>.", group_name(g), esc(q)),
-            Action::Redrive(q, ids) => format!("Redrive {} of queue <b>{}</b> to READY.", tasks(ids), esc(q)),
-            Action::RedriveAll(q) => format!("Redrive every DEAD task of queue <b>{}</b> to READY.", esc(q)),
-            Action::Cancel(q, ids) => format!("Cancel {} of queue <b>{}</b>: they are removed for good (tasks in flight are not cancelled).", tasks(ids), esc(q)),
-            Action::CancelRunning(q, ids) => format!("Cancel {} of queue <b>{}</b> while running: their workers are told to stop, and they end as CANCELLED, never to run again.", tasks(ids), esc(q)),
-            Action::TriggerSchedule(s) => format!("Trigger schedule <b>{}</b>: enqueue one task now, outside its fire times.", esc(s)),
-            Action::PauseSchedule(s) => format!("Pause schedule <b>{}</b>: no fires until it is resumed.", esc(s)),
-            Action::ResumeSchedule(s) => format!("Resume schedule <b>{}</b>: it fires from now on (the paused fire times are not made up).", esc(s)),
+            Action::PauseGroup(q, g) => {
+                html!(out; "Pause group <b>", group_name(g), "</b> of queue <b>", q, "</b>.")
+            }
+            Action::ResumeGroup(q, g) => {
+                html!(out; "Resume group <b>", group_name(g), "</b> of queue <b>", q, "</b>.")
+            }
+            Action::Redrive(q, ids) => {
+                html!(out; "Redrive ", tasks(ids), " of queue <b>", q, "</b> to READY.")
+            }
+            Action::RedriveAll(q) => {
+                html!(out; "Redrive every DEAD task of queue <b>", q, "</b> to READY.")
+            }
+            Action::Cancel(q, ids) => {
+                html!(out; "Cancel ", tasks(ids), " of queue <b>", q, "</b>: they are removed for good (tasks in flight are not cancelled).")
+            }
+            Action::CancelRunning(q, ids) => {
+                html!(out; "Cancel ", tasks(ids), " of queue <b>", q, "</b> while running: their workers are told to stop, and they end as CANCELLED, never to run again.")
+            }
+            Action::TriggerSchedule(s) => {
+                html!(out; "Trigger schedule <b>", s, "</b>: enqueue one task now, outside its fire times.")
+            }
+            Action::PauseSchedule(s) => {
+                html!(out; "Pause schedule <b>", s, "</b>: no fires until it is resumed.")
+            }
+            Action::ResumeSchedule(s) => {
+                html!(out; "Resume schedule <b>", s, "</b>: it fires from now on (the paused fire times are not made up).")
+            }
         }
+        out
     }
 
     /// Where a person goes after it.
-    fn back(&self) -> String {
+    fn back(&self) -> Html {
+        let mut out = Html::new();
         match self {
             Action::PauseQueue(q)
             | Action::ResumeQueue(q)
             | Action::Limits(q, _)
             | Action::PauseGroup(q, _)
-            | Action::ResumeGroup(q, _) => format!("/queue?name={}", UrlPart(q)),
+            | Action::ResumeGroup(q, _)
+            | Action::Cancel(q, _) => html!(out; "/queue?name=", Url(q)),
             Action::Redrive(q, _) | Action::RedriveAll(q) => {
-                format!("/queue?name={}&amp;state=dead", UrlPart(q))
+                html!(out; "/queue?name=", Url(q), "&amp;state=dead")
             }
-            Action::Cancel(q, _) => format!("/queue?name={}", UrlPart(q)),
             Action::CancelRunning(q, _) => {
-                format!("/queue?name={}&amp;state=in_flight", UrlPart(q))
+                html!(out; "/queue?name=", Url(q), "&amp;state=in_flight")
             }
             Action::TriggerSchedule(_) | Action::PauseSchedule(_) | Action::ResumeSchedule(_) => {
-                "/schedules".to_owned()
+                out.raw("/schedules");
             }
         }
+        out
     }
 
-    /// Does it for `viewer`'s tenant; what it did, as escaped HTML.
-    async fn run(&self, dashboard: &Dashboard, viewer: &Viewer) -> Result<String> {
+    /// Does it for `viewer`'s tenant; what it did.
+    async fn run(&self, dashboard: &Dashboard, viewer: &Viewer) -> Result<Html> {
         let queues = dashboard.queues.tenant(&viewer.tenant);
         let schedules = dashboard.schedules.tenant(&viewer.tenant);
         let paused = |q: &str, paused: bool| {
@@ -195,14 +204,15 @@ impl Action {
                 queues.configure_queue(&q, &change).await
             }
         };
-        Ok(match self {
+        let mut out = Html::new();
+        match self {
             Action::PauseQueue(q) => {
                 paused(q, true).await?;
-                format!("Queue <b>{}</b> is paused.", esc(q))
+                html!(out; "Queue <b>", q, "</b> is paused.");
             }
             Action::ResumeQueue(q) => {
                 paused(q, false).await?;
-                format!("Queue <b>{}</b> is delivering again.", esc(q))
+                html!(out; "Queue <b>", q, "</b> is delivering again.");
             }
             Action::Limits(q, l) => {
                 let rate = (l.per_second > 0).then(|| RateLimit {
@@ -217,72 +227,55 @@ impl Action {
                     ..QueueConfigChange::default()
                 };
                 let config = queues.configure_queue(q, &change).await?;
-                format!(
-                    "Queue <b>{}</b>'s limits are now: {}.",
-                    esc(q),
-                    esc(&super::overview::limits(&config))
-                )
+                html!(out; "Queue <b>", q, "</b>'s limits are now: ", limits(&config), ".");
             }
             Action::PauseGroup(q, g) | Action::ResumeGroup(q, g) => {
                 let pause = matches!(self, Action::PauseGroup(..));
                 queues.configure_group(q, g, Some(pause), None).await?;
-                format!(
-                    "Group <b>{}</b> of queue <b>{}</b> is {}.",
-                    group_name(g),
-                    esc(q),
-                    if pause { "paused" } else { "delivering again" }
-                )
+                html!(out;
+                    "Group <b>", group_name(g), "</b> of queue <b>", q, "</b> is ",
+                    if pause { "paused" } else { "delivering again" }, "."
+                );
             }
             Action::Redrive(q, ids) => {
                 let moved = queues.redrive(q, ids).await?;
-                format!(
-                    "{moved} of {} task{} redriven to READY.",
-                    ids.len(),
-                    plural(ids.len())
-                )
+                html!(out;
+                    moved, " of ", ids.len(), " task", plural(ids.len()), " redriven to READY."
+                );
             }
             Action::RedriveAll(q) => {
                 let moved = queues.redrive(q, &[]).await?;
-                format!(
-                    "{moved} task{} of queue <b>{}</b> redriven to READY.",
-                    plural(moved as usize),
-                    esc(q)
-                )
+                html!(out;
+                    moved, " task", plural(moved as usize), " of queue <b>", q,
+                    "</b> redriven to READY."
+                );
             }
             Action::Cancel(q, ids) => {
                 let gone = queues.cancel(q, ids, false).await?;
-                format!(
-                    "{} of {} task{} cancelled{}.",
-                    gone.len(),
-                    ids.len(),
-                    plural(ids.len()),
+                html!(out;
+                    gone.len(), " of ", ids.len(), " task", plural(ids.len()), " cancelled",
                     if gone.len() < ids.len() {
                         " (the others were in flight or gone already)"
                     } else {
                         ""
-                    }
-                )
+                    },
+                    "."
+                );
             }
             Action::CancelRunning(q, ids) => {
                 let told = queues.cancel(q, ids, true).await?;
-                format!(
-                    "{} of {} task{} cancelled{}.",
-                    told.len(),
-                    ids.len(),
-                    plural(ids.len()),
+                html!(out;
+                    told.len(), " of ", ids.len(), " task", plural(ids.len()), " cancelled",
                     if told.len() < ids.len() {
                         " (the others were gone already)"
                     } else {
                         ""
-                    }
-                )
+                    },
+                    "."
+                );
             }
             Action::TriggerSchedule(s) => match schedules.trigger(s).await? {
-                Some(id) => format!(
-                    "Schedule <b>{}</b> enqueued task <b>{}</b>.",
-                    esc(s),
-                    esc(&id)
-                ),
+                Some(id) => html!(out; "Schedule <b>", s, "</b> enqueued task <b>", &id, "</b>."),
                 None => return Err(Error::NotFound(format!("no schedule {s:?}"))),
             },
             Action::PauseSchedule(s) | Action::ResumeSchedule(s) => {
@@ -293,14 +286,30 @@ impl Action {
                 let mut schedule = view.schedule;
                 schedule.paused = pause;
                 schedules.put(&schedule).await?;
-                format!(
-                    "Schedule <b>{}</b> is {}.",
-                    esc(s),
-                    if pause { "paused" } else { "firing again" }
-                )
+                html!(out;
+                    "Schedule <b>", s, "</b> is ", if pause { "paused" } else { "firing again" }, "."
+                );
             }
-        })
+        }
+        Ok(out)
     }
+}
+
+/// `n tasks (a, b, … and 3 more)`: the first ten ids named.
+fn tasks(ids: &[String]) -> Html {
+    let mut out = Html::new();
+    html!(out; ids.len(), " task", plural(ids.len()), " (");
+    for (n, id) in ids.iter().take(10).enumerate() {
+        if n > 0 {
+            out.raw(", ");
+        }
+        out.text(id);
+    }
+    if ids.len() > 10 {
+        html!(out; " and ", ids.len() - 10, " more");
+    }
+    out.raw(")");
+    out
 }
 
 fn plural(n: usize) -> &'static str {
@@ -311,11 +320,11 @@ fn plural(n: usize) -> &'static str {
     }
 }
 
-fn group_name(group: &str) -> String {
+fn group_name(group: &str) -> &str {
     if group.is_empty() {
-        "(ungrouped)".to_owned()
+        "(ungrouped)"
     } else {
-        esc(group).to_string()
+        group
     }
 }
 
@@ -327,194 +336,46 @@ fn limit_text(n: u32, what: &str) -> String {
     }
 }
 
-/// `POST /action`: asks to confirm, or (with `confirmed=yes`) does it.
+/// `POST /action` from this origin: asks to confirm, or (with `confirmed=yes`) does it.
 pub(super) async fn action(
     State(dashboard): State<Arc<Dashboard>>,
-    headers: HeaderMap,
+    _: SameOrigin,
+    asking: Asking,
     Form(fields): Form<Fields>,
 ) -> Response {
-    if let Err(err) = same_origin(&headers) {
-        return failure(&err);
-    }
-    dashboard
-        .respond(&headers, "Action", |viewer| {
-            confirm_or_run(&dashboard, viewer, fields)
-        })
-        .await
+    let main = confirm_or_run(&dashboard, &asking.viewer, fields).await;
+    asking.page("Action", main)
 }
 
-async fn confirm_or_run(dashboard: &Dashboard, viewer: Viewer, fields: Fields) -> Result<String> {
+async fn confirm_or_run(dashboard: &Dashboard, viewer: &Viewer, fields: Fields) -> Result<Html> {
     if !viewer.admin {
         return Err(Error::PermissionDenied(
             "actions need a token with admin".to_owned(),
         ));
     }
     let action = Action::from_fields(&fields)?;
+    let mut main = Html::new();
     if field(&fields, "confirmed") == "yes" {
-        let done = action.run(dashboard, &viewer).await?;
-        Ok(format!(
-            "<h1>Done</h1>\n<p role=\"status\" class=\"result\">{done}</p>\n\
-                     <p><a href=\"{}\" autofocus>Back</a></p>\n",
-            action.back()
-        ))
+        let done = action.run(dashboard, viewer).await?;
+        html!(main;
+            "<h1>Done</h1>\n<p role=\"status\" class=\"result\">", done,
+            "</p>\n<p><a href=\"", action.back(), "\" autofocus>Back</a></p>\n"
+        );
     } else {
-        let mut main = format!(
-            "<h1>Confirm</h1>\n<p>{}</p>\n<form method=\"post\" action=\"/action\">\n",
-            action.describe()
+        html!(main;
+            "<h1>Confirm</h1>\n<p>", action.describe(),
+            "</p>\n<form method=\"post\" action=\"/action\">\n"
         );
         for (key, value) in &fields {
-            let _ = writeln!(
-                main,
-                "<input type=\"hidden\" name=\"{}\" value=\"{}\">",
-                esc(key),
-                esc(value)
-            );
+            html!(main; "<input type=\"hidden\" name=\"", key, "\" value=\"", value, "\">\n");
         }
-        let _ = write!(
-                    main,
-                    "<input type=\"hidden\" name=\"confirmed\" value=\"yes\">\n\
-                     <button type=\"submit\" autofocus>Confirm</button> <a href=\"{}\">Cancel</a>\n</form>\n",
-                    action.back()
-                );
-        Ok(main)
-    }
-}
-
-/// A form of one button that asks for `action` with `hidden` fields.
-fn button(action: &str, hidden: &[(&str, &str)], label: &str) -> String {
-    let mut form = String::from("<form method=\"post\" action=\"/action\" class=\"inline\">");
-    for (key, value) in hidden {
-        let _ = write!(
-            form,
-            "<input type=\"hidden\" name=\"{key}\" value=\"{}\">",
-            esc(value)
+        html!(main;
+            "<input type=\"hidden\" name=\"confirmed\" value=\"yes\">\n\
+             <button type=\"submit\" autofocus>Confirm</button> <a href=\"", action.back(),
+            "\">Cancel</a>\n</form>\n"
         );
     }
-    let _ = write!(
-        form,
-        "<button type=\"submit\" name=\"do\" value=\"{action}\">{label}</button></form>"
-    );
-    form
-}
-
-/// A queue's pause or resume button and its limits form.
-pub(super) fn queue_controls(queue: &str, config: &QueueConfig) -> String {
-    let toggle = if config.paused {
-        button("resume-queue", &[("queue", queue)], "Resume queue")
-    } else {
-        button("pause-queue", &[("queue", queue)], "Pause queue")
-    };
-    let per_second = config
-        .rate_limit
-        .filter(|rate| rate.period == Duration::from_secs(1))
-        .map_or(0, |rate| rate.limit);
-    format!(
-        "<div class=\"controls\">{toggle}\n\
-         <form method=\"post\" action=\"/action\" class=\"limits\">\
-         <input type=\"hidden\" name=\"queue\" value=\"{}\">\
-         <label>In flight at most <input name=\"max_in_flight\" inputmode=\"numeric\" size=\"7\" value=\"{}\"></label> \
-         <label>Deliveries a second <input name=\"per_second\" inputmode=\"numeric\" size=\"7\" value=\"{per_second}\"></label> \
-         <label>In flight per group <input name=\"group_max_in_flight\" inputmode=\"numeric\" size=\"7\" value=\"{}\"></label> \
-         <button type=\"submit\" name=\"do\" value=\"limits\">Set limits</button> \
-         <span class=\"muted\">0 is no limit</span></form></div>\n",
-        esc(queue),
-        config.max_in_flight,
-        config.group_max_in_flight,
-    )
-}
-
-/// Opens the form around a table of tasks whose rows have checkboxes.
-pub(super) fn selection_form_open(queue: &str) -> String {
-    format!(
-        "<form method=\"post\" action=\"/action\" class=\"selection\">\
-         <input type=\"hidden\" name=\"queue\" value=\"{}\">\n",
-        esc(queue)
-    )
-}
-
-/// The buttons for the checked tasks, and the form's end.
-pub(super) fn selection_form_close(state: TaskState) -> String {
-    let button = match state {
-        TaskState::Dead => {
-            "<button type=\"submit\" name=\"do\" value=\"redrive\">Redrive selected</button>"
-        }
-        TaskState::InFlight => {
-            "<button type=\"submit\" name=\"do\" value=\"cancel-running\">Cancel selected while running</button>"
-        }
-        TaskState::Completed | TaskState::Cancelled => {
-            "<button type=\"submit\" name=\"do\" value=\"cancel\">Remove selected</button>"
-        }
-        TaskState::Ready | TaskState::Delayed => {
-            "<button type=\"submit\" name=\"do\" value=\"cancel\">Cancel selected</button>"
-        }
-    };
-    format!("<p class=\"controls\">{button}</p></form>\n")
-}
-
-/// Redrive every DEAD task.
-pub(super) fn redrive_all(queue: &str, dead: u64) -> String {
-    format!(
-        "<p class=\"controls\">{}</p>\n",
-        button(
-            "redrive-all",
-            &[("queue", queue)],
-            &format!("Redrive all {dead} DEAD"),
-        )
-    )
-}
-
-/// A group's pause or resume button.
-pub(super) fn group_control(queue: &str, group: &str, paused: bool) -> String {
-    if paused {
-        button(
-            "resume-group",
-            &[("queue", queue), ("group", group)],
-            "Resume",
-        )
-    } else {
-        button(
-            "pause-group",
-            &[("queue", queue), ("group", group)],
-            "Pause",
-        )
-    }
-}
-
-/// A task's redrive (DEAD), cancel (READY or DELAYED) or cancel-while-running
-/// (IN_FLIGHT) button.
-pub(super) fn task_controls(queue: &str, id: &str, state: TaskState) -> String {
-    let fields = [("queue", queue), ("id", id)];
-    match state {
-        TaskState::Dead => format!(
-            "<p class=\"controls\">{}</p>\n",
-            button("redrive", &fields, "Redrive")
-        ),
-        TaskState::Ready | TaskState::Delayed => {
-            format!(
-                "<p class=\"controls\">{}</p>\n",
-                button("cancel", &fields, "Cancel task")
-            )
-        }
-        TaskState::InFlight => format!(
-            "<p class=\"controls\">{}</p>\n",
-            button("cancel-running", &fields, "Cancel running task")
-        ),
-        TaskState::Completed | TaskState::Cancelled => String::new(),
-    }
-}
-
-/// A schedule's trigger and pause or resume buttons.
-pub(super) fn schedule_controls(schedule: &str, paused: bool) -> String {
-    let fields = [("schedule", schedule)];
-    format!(
-        "{} {}",
-        button("trigger-schedule", &fields, "Trigger"),
-        if paused {
-            button("resume-schedule", &fields, "Resume")
-        } else {
-            button("pause-schedule", &fields, "Pause")
-        }
-    )
+    Ok(main)
 }
 
 #[cfg(test)]

@@ -15,11 +15,11 @@ use std::{
 
 use axum::{
     extract::{Path, Query, State},
-    http::{header, HeaderMap, Uri},
+    http::{header, Uri},
     response::{IntoResponse, Response},
 };
 
-use super::{failure, html, lists, overview, queue, workers, Dashboard};
+use super::{failure, html, lists, overview, queue, workers, Asking, Dashboard};
 use crate::{auth::Viewer, error::Result};
 
 /// How often an open page refreshes its live region, and how long one render serves
@@ -69,14 +69,10 @@ impl Sampler {
 /// `GET /live/<page>?…`: the page's live region, as HTML.
 pub(super) async fn live(
     State(dashboard): State<Arc<Dashboard>>,
-    headers: HeaderMap,
+    Asking { viewer, .. }: Asking,
     Path(page): Path<String>,
     uri: Uri,
 ) -> Response {
-    let viewer = match dashboard.viewer(&headers).await {
-        Ok(viewer) => viewer,
-        Err(err) => return failure(&err),
-    };
     let key = format!(
         "{}\0{}\0{page}\0{}",
         viewer.tenant.as_str(),
@@ -100,7 +96,7 @@ pub(super) async fn live(
 /// The whole page `page` as its own route renders it.
 async fn render(dashboard: &Dashboard, viewer: Viewer, page: &str, uri: &Uri) -> Result<String> {
     let bad_query = |_| crate::error::Error::invalid("query", "does not parse");
-    match page {
+    let main = match page {
         "overview" => {
             let Query(query) = Query::try_from_uri(uri).map_err(bad_query)?;
             overview::render(dashboard, viewer, &query).await
@@ -118,7 +114,8 @@ async fn render(dashboard: &Dashboard, viewer: Viewer, page: &str, uri: &Uri) ->
         _ => Err(crate::error::Error::NotFound(format!(
             "no live page {page:?}"
         ))),
-    }
+    };
+    main.map(html::Html::into_string)
 }
 
 #[cfg(test)]

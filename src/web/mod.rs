@@ -9,9 +9,12 @@
 //! signed in with a bearer token (`session.rs`), or a script's own
 //! `Authorization: Bearer <token>`; either sees only the token's tenant.
 
+// First, so that every page module below has its `html!` macro.
+#[macro_use]
+mod html;
 mod actions;
 mod chart;
-mod html;
+mod forms;
 mod lists;
 mod live;
 mod overview;
@@ -19,6 +22,7 @@ mod queue;
 mod session;
 mod task;
 pub mod tls;
+mod wording;
 mod workers;
 
 pub use live::Sampler;
@@ -26,10 +30,10 @@ pub use live::Sampler;
 use std::sync::Arc;
 
 use axum::{
-    extract::Request,
-    http::{header, HeaderMap, HeaderValue, StatusCode},
+    extract::{FromRequestParts, Request},
+    http::{header, request::Parts, HeaderMap, HeaderValue, StatusCode},
     middleware::{self, Next},
-    response::{Html, IntoResponse, Response},
+    response::{IntoResponse, Response},
     routing::{get, post},
     Router,
 };
@@ -185,38 +189,50 @@ impl Dashboard {
         session::viewer(self, headers).await
     }
 
-    /// Answers a page: who is asking, then the page's `main` that `render` writes for
-    /// them (an error as its own page, with its status).
-    async fn respond<Fut>(
-        &self,
-        headers: &HeaderMap,
-        title: &str,
-        render: impl FnOnce(Viewer) -> Fut,
-    ) -> Response
-    where
-        Fut: std::future::Future<Output = Result<String, Error>>,
-    {
-        let viewer = match self.viewer(headers).await {
-            Ok(viewer) => viewer,
-            Err(err) => return failure(&err),
-        };
-        let tenant = viewer.tenant.clone();
-        match render(viewer).await {
-            Ok(main) => Html(html::page(
-                title,
-                tenant.as_str(),
-                self.signed_in(headers),
-                &main,
-            ))
-            .into_response(),
-            Err(err) => failure(&err),
-        }
-    }
-
     /// Whether a page shows the sign-out button: auth is on and the person came with
     /// a session (not a script with its own header).
     fn signed_in(&self, headers: &HeaderMap) -> bool {
         self.auth.is_on() && !headers.contains_key(header::AUTHORIZATION)
+    }
+}
+
+/// Who is asking for a page, resolved before its handler runs: the viewer (from the
+/// request's own token or its session) and whether the page shows the sign-out
+/// button. A request from nobody known is answered with the sign-in form (401).
+pub(super) struct Asking {
+    pub viewer: Viewer,
+    signed_in: bool,
+}
+
+impl FromRequestParts<Arc<Dashboard>> for Asking {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        dashboard: &Arc<Dashboard>,
+    ) -> Result<Self, Response> {
+        let viewer = dashboard
+            .viewer(&parts.headers)
+            .await
+            .map_err(|err| failure(&err))?;
+        Ok(Self {
+            viewer,
+            signed_in: dashboard.signed_in(&parts.headers),
+        })
+    }
+}
+
+impl Asking {
+    /// The page titled `title` around the `main` its handler rendered for this viewer
+    /// (an error as its own page, with its status).
+    fn page(&self, title: &str, main: Result<html::Html, Error>) -> Response {
+        match main {
+            Ok(main) => axum::response::Html(
+                html::page(title, self.viewer.tenant.as_str(), self.signed_in, &main).into_string(),
+            )
+            .into_response(),
+            Err(err) => failure(&err),
+        }
     }
 }
 
@@ -233,17 +249,14 @@ fn failure(err: &Error) -> Response {
     let body = if status == StatusCode::UNAUTHORIZED {
         session::sign_in_form(Some(&err.to_string()))
     } else {
-        let main = format!(
-            "<h1>{}</h1>\n<p>{}</p>\n",
-            status.as_u16(),
-            html::esc(&err.to_string())
-        );
+        let mut main = html::Html::new();
+        html!(main; "<h1>", status.as_u16(), "</h1>\n<p>", err, "</p>\n");
         html::page("error", "", false, &main)
     };
     let mut response = (
         status,
         [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-        body,
+        body.into_string(),
     )
         .into_response();
     if status == StatusCode::UNAUTHORIZED {

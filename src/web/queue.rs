@@ -8,20 +8,19 @@
 //! of the actions (`actions.rs`): pause, limits, redrive, cancel (also of running
 //! tasks).
 
-use std::{fmt::Write, sync::Arc};
+use std::sync::Arc;
 
 use axum::{
     extract::{Query, State},
-    http::HeaderMap,
     response::Response,
 };
 use serde::Deserialize;
 
 use super::{
-    actions, chart,
-    html::{esc, live_region, UrlPart},
-    overview::{age, limits},
-    Dashboard,
+    chart, forms,
+    html::{live_region, Html, Url},
+    wording::{age, limits, STATES},
+    Asking, Dashboard,
 };
 use crate::{
     auth::Viewer,
@@ -54,34 +53,20 @@ pub(super) struct QueueQuery {
     at: Option<u64>,
 }
 
-/// The tabs: the four states every queue has, then the two a queue that keeps ended
-/// tasks has (shown when it keeps them or holds some).
-pub(super) const STATES: [(&str, TaskState, &str); 6] = [
-    ("ready", TaskState::Ready, "Ready"),
-    ("delayed", TaskState::Delayed, "Delayed"),
-    ("in_flight", TaskState::InFlight, "In flight"),
-    ("dead", TaskState::Dead, "Dead"),
-    ("completed", TaskState::Completed, "Completed"),
-    ("cancelled", TaskState::Cancelled, "Cancelled"),
-];
-
 pub(super) async fn queue(
     State(dashboard): State<Arc<Dashboard>>,
-    headers: HeaderMap,
+    asking: Asking,
     Query(query): Query<QueueQuery>,
 ) -> Response {
-    dashboard
-        .respond(&headers, "Queue", |viewer| {
-            render(&dashboard, viewer, &query)
-        })
-        .await
+    let main = render(&dashboard, asking.viewer.clone(), &query).await;
+    asking.page("Queue", main)
 }
 
 pub(super) async fn render(
     dashboard: &Dashboard,
     viewer: Viewer,
     query: &QueueQuery,
-) -> Result<String> {
+) -> Result<Html> {
     let name = validate::name("name", &query.name)?;
     let (state_key, state, state_heading) = STATES
         .iter()
@@ -113,71 +98,54 @@ pub(super) async fn render(
     };
     let now = now_ms();
 
-    let mut main = format!("<h1>Queue <span class=\"name\">{}</span></h1>\n", esc(name));
-    let mut region = String::new();
-    let _ = write!(
-        region,
-        "<dl class=\"headline\">\n\
-         <div><dt>Ready</dt><dd>{}</dd></div>\n\
-         <div><dt>Delayed</dt><dd>{}</dd></div>\n\
-         <div><dt>In flight</dt><dd>{}</dd></div>\n\
-         <div><dt>Dead</dt><dd>{}</dd></div>\n\
-         <div><dt>Oldest ready</dt><dd>{}</dd></div>\n</dl>\n\
-         <p>{}; limits: {}.</p>\n",
-        stats.ready,
-        stats.delayed,
-        stats.in_flight,
-        stats.dead,
+    let mut main = Html::new();
+    html!(main; "<h1>Queue <span class=\"name\">", name, "</span></h1>\n");
+    let mut region = Html::new();
+    html!(region;
+        "<dl class=\"headline\">\n<div><dt>Ready</dt><dd>", stats.ready,
+        "</dd></div>\n<div><dt>Delayed</dt><dd>", stats.delayed,
+        "</dd></div>\n<div><dt>In flight</dt><dd>", stats.in_flight,
+        "</dd></div>\n<div><dt>Dead</dt><dd>", stats.dead,
+        "</dd></div>\n<div><dt>Oldest ready</dt><dd>",
         stats
             .oldest_ready_at_ms
             .map_or_else(|| "–".to_owned(), |at| age(now - at)),
-        if stats.config.paused {
-            "<span class=\"paused\">Paused</span>"
-        } else {
-            "Delivering"
-        },
-        esc(&limits(&stats.config)),
+        "</dd></div>\n</dl>\n<p>"
     );
-    region.push_str(&chart::charts(&history));
-    main.push_str(&live_region(
-        "queue",
-        &format!("name={}", UrlPart(name)),
-        &region,
-    ));
-    if viewer.admin {
-        main.push_str(&actions::queue_controls(name, &stats.config));
+    if stats.config.paused {
+        region.raw("<span class=\"paused\">Paused</span>");
+    } else {
+        region.raw("Delivering");
     }
-    let _ = writeln!(
-        main,
+    html!(region; "; limits: ", limits(&stats.config), ".</p>\n", chart::charts(&history));
+    let mut query = Html::new();
+    html!(query; "name=", Url(name));
+    html!(main; live_region("queue", &query, &region));
+    if viewer.admin {
+        html!(main; forms::queue_controls(name, &stats.config));
+    }
+    html!(main;
         "<form method=\"get\" action=\"/task\" class=\"find\">\
-         <input type=\"hidden\" name=\"queue\" value=\"{}\">\
+         <input type=\"hidden\" name=\"queue\" value=\"", name, "\">\
          <label for=\"find-id\">Find a task by id</label> \
          <input id=\"find-id\" name=\"id\" required maxlength=\"512\"> \
-         <button type=\"submit\">Open</button></form>",
-        esc(name)
+         <button type=\"submit\">Open</button></form>\n\
+         <nav aria-label=\"task states\" class=\"states\">"
     );
-
-    main.push_str("<nav aria-label=\"task states\" class=\"states\">");
     for (key, tab, heading) in STATES {
         let kept_only = matches!(tab, TaskState::Completed | TaskState::Cancelled);
         if kept_only && !keeps && key != state_key {
             continue;
         }
-        let current = if key == state_key {
-            " aria-current=\"page\""
-        } else {
-            ""
-        };
-        let _ = write!(
-            main,
-            "<a href=\"/queue?name={}&amp;state={key}\"{current}>{heading}</a> ",
-            UrlPart(name)
-        );
+        html!(main; "<a href=\"/queue?name=", Url(name), "&amp;state=", Url(key), "\"");
+        if key == state_key {
+            main.raw(" aria-current=\"page\"");
+        }
+        html!(main; ">", heading, "</a> ");
     }
-    main.push_str("</nav>\n");
-    let _ = writeln!(main, "<h2>{state_heading} tasks</h2>");
+    html!(main; "</nav>\n<h2>", state_heading, " tasks</h2>\n");
     if tasks.is_empty() {
-        main.push_str("<p class=\"muted\">None.</p>\n");
+        main.raw("<p class=\"muted\">None.</p>\n");
     } else {
         let last = first + tasks.len() as u64 - 1;
         let pager = pager(
@@ -196,14 +164,20 @@ pub(super) async fn render(
             _ => "by when they ended",
         };
         if selectable {
-            main.push_str(&actions::selection_form_open(name));
+            html!(main; forms::selection_form_open(name));
         }
-        let _ = write!(
-            main,
-            "{pager}<div class=\"table-wrap\"><table>\n<caption class=\"muted\">{first}–{last} of {in_state}, {order}</caption>\n<thead><tr>{}<th scope=\"col\" class=\"id\">Task</th><th scope=\"col\">Group</th>\
+        html!(main;
+            &pager, "<div class=\"table-wrap\"><table>\n<caption class=\"muted\">",
+            first, "–", last, " of ", in_state, ", ", order, "</caption>\n<thead><tr>"
+        );
+        if selectable {
+            main.raw("<th scope=\"col\"><span class=\"visually-hidden\">Select</span></th>");
+        }
+        main.raw(
+            "<th scope=\"col\" class=\"id\">Task</th><th scope=\"col\">Group</th>\
              <th scope=\"col\">Priority</th><th scope=\"col\">Attempts</th>\
-             <th scope=\"col\">Due</th><th scope=\"col\">Payload</th><th scope=\"col\">Last error</th></tr></thead>\n<tbody>\n",
-            if selectable { "<th scope=\"col\"><span class=\"visually-hidden\">Select</span></th>" } else { "" },
+             <th scope=\"col\">Due</th><th scope=\"col\">Payload</th>\
+             <th scope=\"col\">Last error</th></tr></thead>\n<tbody>\n",
         );
         for task in &tasks {
             let due = if task.due_at_ms > now {
@@ -211,81 +185,64 @@ pub(super) async fn render(
             } else {
                 format!("{} ago", age(now - task.due_at_ms))
             };
-            let select = if selectable {
-                format!(
-                    "<td><input type=\"checkbox\" name=\"id\" value=\"{}\" aria-label=\"select {}\"></td>",
-                    esc(&task.id),
-                    esc(&task.id)
-                )
-            } else {
-                String::new()
-            };
-            let _ = writeln!(
-                main,
-                "<tr>{select}<td class=\"id\"><a href=\"/task?queue={}&amp;id={}\">{}</a></td><td>{}</td><td>{}</td><td>{} of {}</td><td>{due}</td><td class=\"payload\">{}</td><td class=\"error\">{}</td></tr>",
-                UrlPart(name),
-                UrlPart(&task.id),
-                esc(&task.id),
-                esc(&task.group),
-                task.priority,
-                task.attempt,
-                task.max_attempts,
-                esc(&preview(&task.payload)),
-                esc(&preview(task.last_error.as_bytes())),
+            main.raw("<tr>");
+            if selectable {
+                html!(main;
+                    "<td><input type=\"checkbox\" name=\"id\" value=\"", &task.id,
+                    "\" aria-label=\"select ", &task.id, "\"></td>"
+                );
+            }
+            html!(main;
+                "<td class=\"id\"><a href=\"/task?queue=", Url(name), "&amp;id=", Url(&task.id),
+                "\">", &task.id, "</a></td><td>", &task.group, "</td><td>", task.priority,
+                "</td><td>", task.attempt, " of ", task.max_attempts, "</td><td>", due,
+                "</td><td class=\"payload\">", preview(&task.payload),
+                "</td><td class=\"error\">", preview(task.last_error.as_bytes()),
+                "</td></tr>\n"
             );
         }
-        main.push_str("</tbody>\n</table></div>\n");
+        main.raw("</tbody>\n</table></div>\n");
         if selectable {
-            main.push_str(&actions::selection_form_close(state));
+            html!(main; forms::selection_form_close(state));
         }
-        main.push_str(&pager);
+        html!(main; &pager);
     }
     if viewer.admin && state == TaskState::Dead && stats.dead > 0 {
-        main.push_str(&actions::redrive_all(name, stats.dead));
+        html!(main; forms::redrive_all(name, stats.dead));
     }
 
-    main.push_str("<h2>Groups</h2>\n");
+    main.raw("<h2>Groups</h2>\n");
     if groups.items.is_empty() {
-        main.push_str("<p class=\"muted\">No groups: every task is ungrouped.</p>\n");
+        main.raw("<p class=\"muted\">No groups: every task is ungrouped.</p>\n");
     } else {
-        let _ = write!(
-            main,
+        main.raw(
             "<div class=\"table-wrap\"><table>\n<thead><tr><th scope=\"col\">Group</th>\
              <th scope=\"col\">Ready</th><th scope=\"col\">Delayed</th>\
              <th scope=\"col\">In flight</th><th scope=\"col\">Dead</th>\
-             <th scope=\"col\">Paused</th><th scope=\"col\">Weight</th>{}</tr></thead>\n<tbody>\n",
-            if viewer.admin {
-                "<th scope=\"col\">Action</th>"
-            } else {
-                ""
-            },
+             <th scope=\"col\">Paused</th><th scope=\"col\">Weight</th>",
         );
-        for group in &groups.items {
-            let control = if viewer.admin {
-                format!(
-                    "<td>{}</td>",
-                    actions::group_control(name, &group.group, group.config.paused)
-                )
-            } else {
-                String::new()
-            };
-            let _ = writeln!(
-                main,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>{control}</tr>",
-                if group.group.is_empty() {
-                    "(ungrouped)".to_owned()
-                } else {
-                    esc(&group.group).to_string()
-                },
-                group.ready,
-                group.delayed,
-                group.in_flight,
-                group.dead,
-                if group.config.paused { "paused" } else { "no" },
-                group.config.weight,
-            );
+        if viewer.admin {
+            main.raw("<th scope=\"col\">Action</th>");
         }
-        main.push_str("</tbody>\n</table></div>\n");
+        main.raw("</tr></thead>\n<tbody>\n");
+        for group in &groups.items {
+            let shown = if group.group.is_empty() {
+                "(ungrouped)"
+            } else {
+                group.group.as_str()
+            };
+            html!(main;
+                "<tr><td>", shown, "</td><td>", group.ready, "</td><td>", group.delayed,
+                "</td><td>", group.in_flight, "</td><td>", group.dead, "</td><td>",
+                if group.config.paused { "paused" } else { "no" },
+                "</td><td>", group.config.weight, "</td>"
+            );
+            if viewer.admin {
+                html!(main; "<td>", forms::group_control(name, &group.group, group.config.paused), "</td>");
+            }
+            main.raw("</tr>\n");
+        }
+        main.raw("</tbody>\n</table></div>\n");
     }
     Ok(main)
 }
@@ -293,31 +250,33 @@ pub(super) async fn render(
 /// Links to the first page (from a later one) and to the next (with its token and the
 /// position of its first task). Pages follow `ListTasks`' cursor, so a page stays right
 /// while tasks come and go.
-fn pager(name: &str, state: &str, later: bool, next: Option<(String, u64)>) -> String {
+fn pager(name: &str, state: &str, later: bool, next: Option<(String, u64)>) -> Html {
+    let mut out = Html::new();
     if !later && next.is_none() {
-        return String::new();
+        return out;
     }
-    let first = if later {
-        format!(
-            "<a href=\"/queue?name={}&amp;state={state}\">« first</a>",
-            UrlPart(name)
-        )
+    out.raw("<nav class=\"pager\" aria-label=\"pages of tasks\">");
+    if later {
+        html!(out; "<a href=\"/queue?name=", Url(name), "&amp;state=", Url(state), "\">« first</a>");
     } else {
-        "<span class=\"muted\">« first</span>".to_owned()
-    };
-    let next = match next {
-        Some((token, at)) => format!(
-            "<a href=\"/queue?name={}&amp;state={state}&amp;after={}&amp;at={at}\" rel=\"next\">next ›</a>",
-            UrlPart(name),
-            UrlPart(&token)
+        out.raw("<span class=\"muted\">« first</span>");
+    }
+    out.raw(" ");
+    match next {
+        Some((token, at)) => html!(out;
+            "<a href=\"/queue?name=", Url(name), "&amp;state=", Url(state), "&amp;after=",
+            Url(&token), "&amp;at=", at, "\" rel=\"next\">next ›</a>"
         ),
-        None => "<span class=\"muted\">next ›</span>".to_owned(),
-    };
-    format!("<nav class=\"pager\" aria-label=\"pages of tasks\">{first} {next}</nav>\n")
+        None => {
+            out.raw("<span class=\"muted\">next ›</span>");
+        }
+    }
+    out.raw("</nav>\n");
+    out
 }
 
 /// The first characters of a payload as text (invalid UTF-8 shown as U+FFFD), on one
-/// line; the caller escapes it.
+/// line (escaped where it is shown, as any value).
 fn preview(payload: &[u8]) -> String {
     let text = String::from_utf8_lossy(payload);
     let mut out: String = text

@@ -9,13 +9,13 @@
 use std::sync::Arc;
 
 use axum::{
-    extract::{Form, State},
-    http::{header, HeaderMap, HeaderValue, StatusCode},
-    response::{Html, IntoResponse, Response},
+    extract::{Form, FromRequestParts, State},
+    http::{header, request::Parts, HeaderMap, HeaderValue, StatusCode},
+    response::{IntoResponse, Response},
 };
 use serde::Deserialize;
 
-use super::{failure, html, Dashboard};
+use super::{failure, html, html::Html, Dashboard};
 use crate::{
     auth::{self, Viewer},
     error::{Error, Result},
@@ -54,23 +54,22 @@ pub(super) async fn sign_in_page(State(dashboard): State<Arc<Dashboard>>) -> Res
     if !dashboard.auth.is_on() {
         return see_other("/");
     }
-    Html(sign_in_form(None)).into_response()
+    axum::response::Html(sign_in_form(None).into_string()).into_response()
 }
 
 /// The sign-in form, with what went wrong last time.
-pub(super) fn sign_in_form(problem: Option<&str>) -> String {
-    let problem = problem.map_or_else(String::new, |why| {
-        format!(
-            "<p class=\"problem\" role=\"alert\">{}</p>\n",
-            html::esc(why)
-        )
-    });
-    let main = format!(
-        "<h1>Sign in</h1>\n{problem}<form method=\"post\" action=\"/sign-in\" class=\"sign-in\">\n\
+pub(super) fn sign_in_form(problem: Option<&str>) -> Html {
+    let mut main = Html::new();
+    main.raw("<h1>Sign in</h1>\n");
+    if let Some(why) = problem {
+        html!(main; "<p class=\"problem\" role=\"alert\">", why, "</p>\n");
+    }
+    main.raw(
+        "<form method=\"post\" action=\"/sign-in\" class=\"sign-in\">\n\
          <label for=\"token\">Bearer token</label>\n\
          <input id=\"token\" name=\"token\" type=\"password\" autocomplete=\"current-password\" required autofocus>\n\
          <button type=\"submit\">Sign in</button>\n</form>\n\
-         <p class=\"muted\">The token of the server's auth file; you will see its tenant only.</p>\n"
+         <p class=\"muted\">The token of the server's auth file; you will see its tenant only.</p>\n",
     );
     html::page("Sign in", "", false, &main)
 }
@@ -83,12 +82,9 @@ pub(super) struct SignIn {
 /// `POST /sign-in`: a known token starts a session; anything else shows the form again.
 pub(super) async fn sign_in(
     State(dashboard): State<Arc<Dashboard>>,
-    headers: HeaderMap,
+    _: SameOrigin,
     Form(form): Form<SignIn>,
 ) -> Response {
-    if let Err(err) = same_origin(&headers) {
-        return failure(&err);
-    }
     let token = form.token.trim();
     if dashboard
         .auth
@@ -98,7 +94,9 @@ pub(super) async fn sign_in(
     {
         return (
             StatusCode::UNAUTHORIZED,
-            Html(sign_in_form(Some("That token is not in the auth file."))),
+            axum::response::Html(
+                sign_in_form(Some("That token is not in the auth file.")).into_string(),
+            ),
         )
             .into_response();
     }
@@ -129,11 +127,9 @@ pub(super) async fn sign_in(
 /// `POST /sign-out`: ends the session (in Redis, so on every replica) and the cookie.
 pub(super) async fn sign_out(
     State(dashboard): State<Arc<Dashboard>>,
+    _: SameOrigin,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(err) = same_origin(&headers) {
-        return failure(&err);
-    }
     if let Some(id) = cookie(&headers, COOKIE) {
         let ended: Result<i64> = dashboard
             .redis
@@ -176,6 +172,19 @@ pub(super) fn same_origin(headers: &HeaderMap) -> Result<()> {
             Ok(())
         }
         _ => Err(cross_site()),
+    }
+}
+
+/// A request that passed [`same_origin`], checked before anything else about it
+/// (refused with 403 otherwise): how a state-changing handler asks for the check.
+pub(super) struct SameOrigin;
+
+impl<S: Send + Sync> FromRequestParts<S> for SameOrigin {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Response> {
+        same_origin(&parts.headers).map_err(|err| failure(&err))?;
+        Ok(Self)
     }
 }
 

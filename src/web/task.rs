@@ -9,21 +9,20 @@ use std::{fmt::Write, sync::Arc};
 
 use axum::{
     extract::{Query, State},
-    http::HeaderMap,
     response::Response,
 };
 use serde::Deserialize;
 
 use super::{
-    actions,
-    html::{esc, instant, UrlPart},
-    queue::STATES,
-    Dashboard,
+    forms,
+    html::{Html, Url},
+    wording::{instant, state_heading},
+    Asking, Dashboard,
 };
 use crate::{
     auth::Viewer,
     error::{Error, Result},
-    queue::{Attempt, Outcome, TaskState},
+    queue::{Attempt, Outcome},
     redis::TenantScoped,
     validate,
 };
@@ -47,17 +46,14 @@ const VIEWS: [(&str, &str); 3] = [("text", "Text"), ("json", "JSON"), ("hex", "H
 
 pub(super) async fn task(
     State(dashboard): State<Arc<Dashboard>>,
-    headers: HeaderMap,
+    asking: Asking,
     Query(query): Query<TaskQuery>,
 ) -> Response {
-    dashboard
-        .respond(&headers, "Task", |viewer| {
-            render(&dashboard, viewer, &query)
-        })
-        .await
+    let main = render(&dashboard, &asking.viewer, &query).await;
+    asking.page("Task", main)
 }
 
-async fn render(dashboard: &Dashboard, viewer: Viewer, query: &TaskQuery) -> Result<String> {
+async fn render(dashboard: &Dashboard, viewer: &Viewer, query: &TaskQuery) -> Result<Html> {
     let queue = validate::name("queue", &query.queue)?;
     let id = validate::owner("id", &query.id)?;
     let view = VIEWS
@@ -75,106 +71,76 @@ async fn render(dashboard: &Dashboard, viewer: Viewer, query: &TaskQuery) -> Res
             "no task {id:?} in queue {queue:?}"
         )));
     };
-    let state = STATES
-        .iter()
-        .find(|(_, state, _)| *state == task.state)
-        .map_or(
-            match task.state {
-                TaskState::Completed => "Completed",
-                TaskState::Cancelled => "Cancelled",
-                _ => "",
-            },
-            |(_, _, heading)| heading,
-        );
-    let mut main = format!(
-        "<p><a href=\"/queue?name={}\">← queue {}</a></p>\n<h1>Task <span class=\"name\">{}</span></h1>\n",
-        UrlPart(queue),
-        esc(queue),
-        esc(id)
-    );
-    let _ = write!(
-        main,
-        "<dl class=\"facts\">\n<dt>State</dt><dd>{state}</dd>\n<dt>Group</dt><dd>{}</dd>\n\
-         <dt>Priority</dt><dd>{}</dd>\n<dt>Attempts</dt><dd>{} of {}</dd>\n\
-         <dt>Due</dt><dd>{}</dd>\n<dt>Enqueued</dt><dd>{}</dd>\n<dt>Lease ends</dt><dd>{}</dd>\n\
-         <dt>Payload</dt><dd>{} bytes</dd>\n</dl>\n",
-        if task.group.is_empty() {
-            "(ungrouped)".to_owned()
-        } else {
-            esc(&task.group).to_string()
-        },
-        task.priority,
-        task.attempt,
-        task.max_attempts,
-        instant(Some(task.due_at_ms)),
-        instant(Some(task.enqueued_at_ms)),
+    let mut main = Html::new();
+    html!(main;
+        "<p><a href=\"/queue?name=", Url(queue), "\">← queue ", queue,
+        "</a></p>\n<h1>Task <span class=\"name\">", id, "</span></h1>\n\
+         <dl class=\"facts\">\n<dt>State</dt><dd>", state_heading(task.state),
+        "</dd>\n<dt>Group</dt><dd>",
+        if task.group.is_empty() { "(ungrouped)" } else { task.group.as_str() },
+        "</dd>\n<dt>Priority</dt><dd>", task.priority,
+        "</dd>\n<dt>Attempts</dt><dd>", task.attempt, " of ", task.max_attempts,
+        "</dd>\n<dt>Due</dt><dd>", instant(Some(task.due_at_ms)),
+        "</dd>\n<dt>Enqueued</dt><dd>", instant(Some(task.enqueued_at_ms)),
+        "</dd>\n<dt>Lease ends</dt><dd>",
         instant((task.lease_expires_at_ms > 0).then_some(task.lease_expires_at_ms)),
-        task.payload.len(),
+        "</dd>\n<dt>Payload</dt><dd>", task.payload.len(), " bytes</dd>\n</dl>\n"
     );
     if !task.last_error.is_empty() {
         // Why its last delivery failed, as the worker's Nack said (a stack trace keeps
         // its lines).
-        let _ = write!(
-            main,
-            "<h2>Last error</h2>\n<pre class=\"error\">{}</pre>\n",
-            esc(&task.last_error)
-        );
+        html!(main; "<h2>Last error</h2>\n<pre class=\"error\">", &task.last_error, "</pre>\n");
     }
     for (heading, bytes) in [("Progress", &task.progress), ("Result", &task.result)] {
         if !bytes.is_empty() {
             let shown = &bytes[..bytes.len().min(PAYLOAD_SHOWN)];
-            let _ = write!(
-                main,
-                "<h2>{heading}</h2>\n<pre class=\"payload-full\">{}</pre>\n",
-                esc(&String::from_utf8_lossy(shown))
+            html!(main;
+                "<h2>", heading, "</h2>\n<pre class=\"payload-full\">",
+                String::from_utf8_lossy(shown), "</pre>\n"
             );
         }
     }
     if !task.history.is_empty() {
-        main.push_str(&history_table(&task.history));
+        html!(main; history_table(&task.history));
     }
     if viewer.admin {
-        main.push_str(&actions::task_controls(queue, id, task.state));
+        html!(main; forms::task_controls(queue, id, task.state));
     }
-    main.push_str("<h2>Payload</h2>\n<nav aria-label=\"payload views\" class=\"states\">");
+    main.raw("<h2>Payload</h2>\n<nav aria-label=\"payload views\" class=\"states\">");
     for (key, label) in VIEWS {
-        let current = if key == view {
-            " aria-current=\"page\""
-        } else {
-            ""
-        };
-        let _ = write!(
-            main,
-            "<a href=\"/task?queue={}&amp;id={}&amp;view={key}\"{current}>{label}</a> ",
-            UrlPart(queue),
-            UrlPart(id)
+        html!(main;
+            "<a href=\"/task?queue=", Url(queue), "&amp;id=", Url(id), "&amp;view=", Url(key), "\""
         );
+        if key == view {
+            main.raw(" aria-current=\"page\"");
+        }
+        html!(main; ">", label, "</a> ");
     }
-    main.push_str("</nav>\n");
+    main.raw("</nav>\n");
     let shown = &task.payload[..task.payload.len().min(PAYLOAD_SHOWN)];
     if shown.len() < task.payload.len() {
-        let _ = writeln!(
-            main,
-            "<p class=\"muted\">The first {PAYLOAD_SHOWN} bytes of {}.</p>",
-            task.payload.len()
+        html!(main;
+            "<p class=\"muted\">The first ", PAYLOAD_SHOWN, " bytes of ", task.payload.len(),
+            ".</p>\n"
         );
     }
     let body = match view {
         "json" => pretty_json(shown).unwrap_or_else(|| {
-            main.push_str("<p class=\"muted\">Not JSON; shown as text.</p>\n");
+            main.raw("<p class=\"muted\">Not JSON; shown as text.</p>\n");
             String::from_utf8_lossy(shown).into_owned()
         }),
         "hex" => hex_dump(shown),
         _ => String::from_utf8_lossy(shown).into_owned(),
     };
-    let _ = writeln!(main, "<pre class=\"payload-full\">{}</pre>", esc(&body));
+    html!(main; "<pre class=\"payload-full\">", body, "</pre>\n");
     Ok(main)
 }
 
 /// The deliveries that ended, oldest first: number, how it ended, the worker, when it
 /// was leased and ended, and its error.
-fn history_table(history: &[Attempt]) -> String {
-    let mut out = String::from(
+fn history_table(history: &[Attempt]) -> Html {
+    let mut out = Html::new();
+    out.raw(
         "<h2>History</h2>\n<table class=\"history\">\n<thead><tr><th>Attempt</th><th>Outcome</th>\
          <th>Worker</th><th>Leased</th><th>Ended</th><th>Error</th></tr></thead>\n<tbody>\n",
     );
@@ -186,18 +152,14 @@ fn history_table(history: &[Attempt]) -> String {
             Outcome::GaveUp => "Gave up",
             Outcome::Cancelled => "Cancelled",
         };
-        let _ = writeln!(
-            out,
-            "<tr><td>{}</td><td>{outcome}</td><td>{}</td><td>{}</td><td>{}</td>\
-             <td><pre class=\"error\">{}</pre></td></tr>",
-            attempt.number,
-            esc(&attempt.worker_id),
-            instant((attempt.leased_at_ms > 0).then_some(attempt.leased_at_ms)),
-            instant(Some(attempt.ended_at_ms)),
-            esc(&attempt.error),
+        html!(out;
+            "<tr><td>", attempt.number, "</td><td>", outcome, "</td><td>", &attempt.worker_id,
+            "</td><td>", instant((attempt.leased_at_ms > 0).then_some(attempt.leased_at_ms)),
+            "</td><td>", instant(Some(attempt.ended_at_ms)),
+            "</td><td><pre class=\"error\">", &attempt.error, "</pre></td></tr>\n"
         );
     }
-    out.push_str("</tbody>\n</table>\n");
+    out.raw("</tbody>\n</table>\n");
     out
 }
 
@@ -247,7 +209,7 @@ mod tests {
         assert!(pretty_json(b"{nope").is_none());
         assert_eq!(
             hex_dump(b"<a>\x00\xff"),
-            format!("00000000  3c 61 3e 00 ff {} <a>..\n", " ".repeat(33))
+            "00000000  3c 61 3e 00 ff ".to_owned() + &" ".repeat(33) + " <a>..\n"
         );
         assert_eq!(hex_dump(&[7; 17]).lines().count(), 2);
     }
