@@ -58,12 +58,18 @@ impl Browser {
             return None;
         };
         let port = free_port().expect("a free port");
-        let driver = Command::new(driver)
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start chromedriver");
+        // Its own process group, which Chromium's processes join: the drop kills the
+        // group, so a session whose DELETE timed out on a loaded machine leaves no
+        // Chromium behind (one run of the suite left twelve).
+        let driver = std::os::unix::process::CommandExt::process_group(
+            Command::new(driver)
+                .arg(format!("--port={port}"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+            0,
+        )
+        .spawn()
+        .expect("start chromedriver");
         let profile = TempDir::new("chromium");
         let mut browser = Browser {
             driver,
@@ -316,7 +322,8 @@ impl Drop for Browser {
     /// the driver.
     fn drop(&mut self) {
         use std::io::{Read, Write};
-        if !self.session.is_empty() {
+        let mut ended = self.session.is_empty();
+        if !ended {
             if let Ok(mut socket) = std::net::TcpStream::connect(("127.0.0.1", self.port)) {
                 let _ = socket.set_read_timeout(Some(Duration::from_secs(10)));
                 let _ = write!(
@@ -324,8 +331,16 @@ impl Drop for Browser {
                     "DELETE /session/{} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
                     self.session
                 );
-                let _ = socket.read(&mut [0u8; 4096]);
+                ended = socket.read(&mut [0u8; 4096]).is_ok_and(|n| n > 0);
             }
+        }
+        if !ended {
+            // The session did not end (the DELETE timed out on a loaded machine): kill
+            // the whole group, the driver and the Chromium it started.
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", self.driver.id())])
+                .stderr(Stdio::null())
+                .status();
         }
         let _ = self.driver.kill();
         let _ = self.driver.wait();
