@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use prost::bytes::Bytes;
+use bytes::Bytes;
 
 use crate::{
     limits::Limits,
@@ -102,7 +102,7 @@ impl Floor {
             })
             .collect();
         self.queues
-            .enqueue(queue, &tasks)
+            .enqueue(queue, tasks)
             .await
             .map(drop)
             .map_err(|err| err.to_string())

@@ -20,12 +20,11 @@
 //!   [`pb`].
 //! - the web dashboard, `web`, beside the gRPC face: its pages read the same stores
 //!   under the same tenants.
-//! - the domain: `lock` (`LockStore`, Hold, waiters), `queue` (`QueueStore`,
-//!   long polls, the Subscribe scheduler) and `schedule` (`ScheduleStore`, fire
-//!   times, the fire timer; it enqueues through a port the composition root fills
-//!   with the queue store), each with its Lua scripts; above them `semaphore`
-//!   (`SemaphoreStore`, its line of waiters in Redis), built on the locks' leases and
-//!   Hold engine.
+//! - the domain: `lock` (`LockStore`, Hold, waiters) and `queue` (`QueueStore`, its
+//!   one door: long polls, acks, the Subscribe feeds), each with its Lua scripts;
+//!   above them `semaphore` (`SemaphoreStore`, its line of waiters in Redis), built on
+//!   the locks' leases and Hold engine, and `schedule` (`ScheduleStore`, fire times,
+//!   the fire timer), which enqueues through the queue store.
 //! - below the domain: `redis` (connections, keys, scripts, events, the embedded
 //!   `redis-server`), `auth` (tokens, tenants, permissions: policy only),
 //!   `metrics`.
@@ -57,6 +56,8 @@ pub(crate) mod web;
 
 /// The generated protobuf types and gRPC clients: the public surface clients build on.
 pub use grpc::pb;
+/// Unix milliseconds to and from `google.protobuf.Timestamp`, for raw requests.
+pub use grpc::proto_time::{ms_from_timestamp, timestamp_from_ms};
 /// A `redis-server` child of this process: the server's embedded Redis, which the
 /// benchmark and the tests start too.
 pub use redis::embedded;

@@ -3,11 +3,9 @@
 //! NOT_SERVING → cancel → streams release and end → connections close → tracked tasks
 //! finish (bounded) → the embedded Redis stops. `main` and the tests both call it.
 
-use std::{future::Future, sync::Arc};
+use std::future::Future;
 
 use tokio::net::TcpListener;
-use tonic::transport::ServerTlsConfig;
-use tonic_health::ServingStatus;
 
 use crate::{
     auth::Auth,
@@ -15,24 +13,23 @@ use crate::{
     error::Error,
     grpc::{
         connections::ConnectionLimit,
-        health,
+        health::{self, Health},
         router::{self, Services, Settings},
         tls,
     },
     limits::Limits,
     lock::LockStore,
     metrics::{self, Metrics},
-    queue::{scheduler::Scheduler, Fire, FireOutcome, NewTask, QueueStore},
+    queue::QueueStore,
     redis::{
         connection_info,
         embedded::{Bind, EmbeddedOptions, EmbeddedRedis},
         events::Events,
-        redact, Keys, Redis, TenantScoped,
+        redact, Keys, Redis,
     },
-    schedule::{self, BoxFuture, FireCall, FireReply, ScheduleStore, TaskTemplate},
+    schedule::ScheduleStore,
     semaphore::SemaphoreStore,
     shutdown::Shutdown,
-    tenant::Tenant,
     web,
 };
 
@@ -140,7 +137,7 @@ fn replica_name(listener: &TcpListener) -> String {
 struct Listening {
     listener: TcpListener,
     /// `None`: plaintext.
-    tls: Option<ServerTlsConfig>,
+    tls: Option<tls::ServerTls>,
     auth: Auth,
 }
 
@@ -178,18 +175,15 @@ async fn serve(
     if let Err(err) = redis.load_scripts(&locks.scripts().all()).await {
         tracing::warn!(cause = %err, "scripts not loaded at boot; they load on first use");
     }
-    let queues = QueueStore::new(redis.clone(), shutdown.clone());
-    if let Err(err) = redis.load_scripts(&queues.scripts().all()).await {
-        tracing::warn!(cause = %err, "queue scripts not loaded at boot; they load on first use");
-    }
-    let scheduler = Scheduler::new(
-        queues.clone(),
+    let queues = QueueStore::new(redis.clone(), shutdown.clone()).serving_streams(
         limits.clone(),
-        shutdown.clone(),
         config.reattach_grace,
         replica_name(&listener),
     );
-    let schedules = ScheduleStore::new(redis.clone(), Arc::new(ScheduleQueues(queues.clone())));
+    if let Err(err) = redis.load_scripts(&queues.scripts().all()).await {
+        tracing::warn!(cause = %err, "queue scripts not loaded at boot; they load on first use");
+    }
+    let schedules = ScheduleStore::new(redis.clone(), queues.clone());
     if let Err(err) = redis.load_scripts(&schedules.scripts().all()).await {
         tracing::warn!(cause = %err, "schedule scripts not loaded at boot; they load on first use");
     }
@@ -197,30 +191,23 @@ async fn serve(
     if let Err(err) = redis.load_scripts(&semaphores.scripts().all()).await {
         tracing::warn!(cause = %err, "semaphore scripts not loaded at boot; they load on first use");
     }
-    let events = Events::spawn(
-        nodes,
-        vec![
-            locks.event_route(),
-            locks.changed_route(),
-            queues.event_route(),
-            queues.done_route(),
-            scheduler.event_route(),
-            schedules.event_route(),
-            semaphores.event_route(),
-        ],
-        shutdown,
-    );
+    let mut routes = vec![
+        locks.event_route(),
+        locks.changed_route(),
+        queues.event_route(),
+        queues.done_route(),
+        schedules.event_route(),
+        semaphores.event_route(),
+    ];
+    routes.extend(queues.slot_freed_route());
+    let events = Events::spawn(nodes, routes, shutdown);
     shutdown.spawn(schedules.timer().clone().run(shutdown.clone()));
 
-    let reporter = tonic_health::server::HealthReporter::new();
-    reporter
-        .set_service_status(health::LIVENESS_SERVICE, ServingStatus::Serving)
-        .await;
-    health::set_readiness(&reporter, ServingStatus::NotServing).await;
+    let health = Health::new().await;
     let metrics = Metrics::new(auth.is_on());
     health::spawn_probe(
         redis.clone(),
-        (reporter.clone(), metrics.clone()),
+        (health.clone(), metrics.clone()),
         events,
         shutdown,
     );
@@ -294,14 +281,14 @@ async fn serve(
 
     let draining = {
         let shutdown = shutdown.clone();
-        let reporter = reporter.clone();
+        let health = health.clone();
         async move {
             tokio::select! {
                 () = shutdown_signal => {}
                 () = shutdown.cancelled() => {}
             }
             tracing::info!("shutting down");
-            health::set_readiness(&reporter, ServingStatus::NotServing).await;
+            health.not_ready().await;
             shutdown.trigger();
         }
     };
@@ -316,7 +303,6 @@ async fn serve(
     let services = Services {
         locks,
         queues,
-        scheduler,
         schedules,
         semaphores,
         auth,
@@ -326,90 +312,8 @@ async fn serve(
         listener,
         connections,
         settings,
-        (services, reporter),
+        (services, health),
         draining,
     )
     .await
-}
-
-/// The schedules' way into the queues ([`schedule::Queues`]): a fire is
-/// `QueueStore::fire` (`queue/lua/fire.lua`), a trigger a plain enqueue.
-struct ScheduleQueues(QueueStore);
-
-/// A schedule's task as the queue store takes it.
-fn scheduled_task(id: String, task: &TaskTemplate, schedule: crate::queue::Schedule) -> NewTask {
-    NewTask {
-        id,
-        payload: task.payload.clone().into(),
-        schedule,
-        replace: false,
-        max_attempts: task.max_attempts,
-        dedupe_window: std::time::Duration::ZERO,
-        fresh_id: false,
-        group: task.group.clone(),
-        priority: task.priority,
-    }
-}
-
-impl schedule::Queues for ScheduleQueues {
-    fn fire<'a>(
-        &'a self,
-        tenant: &'a Tenant,
-        queue: &'a str,
-        calls: Vec<FireCall<'a>>,
-    ) -> BoxFuture<'a, crate::error::Result<Vec<FireReply>>> {
-        Box::pin(async move {
-            let fires: Vec<Fire> = calls
-                .into_iter()
-                .map(|call| Fire {
-                    schedule: call.schedule.to_owned(),
-                    at_ms: call.at_ms,
-                    skip_overlap: call.skip_overlap,
-                    task: scheduled_task(
-                        call.id,
-                        call.task,
-                        crate::queue::Schedule::At(call.at_ms),
-                    ),
-                })
-                .collect();
-            let fired = self.0.tenant(tenant).fire(queue, &fires).await?;
-            Ok(fired
-                .into_iter()
-                .map(|fired| FireReply {
-                    outcome: match fired.outcome {
-                        FireOutcome::Fired { .. } => schedule::FireOutcome::Fired,
-                        FireOutcome::Overlap => schedule::FireOutcome::Overlap,
-                        FireOutcome::Done => schedule::FireOutcome::Done,
-                        FireOutcome::Early => schedule::FireOutcome::Early,
-                    },
-                    now_ms: fired.now_ms,
-                    handled_ms: fired.handled_ms,
-                    enqueued_ms: fired.enqueued_ms,
-                })
-                .collect())
-        })
-    }
-
-    fn last_fire<'a>(
-        &'a self,
-        tenant: &'a Tenant,
-        queue: &'a str,
-        schedule: &'a str,
-    ) -> BoxFuture<'a, crate::error::Result<i64>> {
-        Box::pin(async move { self.0.tenant(tenant).last_fire(queue, schedule).await })
-    }
-
-    fn enqueue_now<'a>(
-        &'a self,
-        tenant: &'a Tenant,
-        queue: &'a str,
-        id: String,
-        task: &'a TaskTemplate,
-    ) -> BoxFuture<'a, crate::error::Result<()>> {
-        Box::pin(async move {
-            let task = scheduled_task(id, task, crate::queue::Schedule::Now);
-            self.0.tenant(tenant).enqueue(queue, &[task]).await?;
-            Ok(())
-        })
-    }
 }

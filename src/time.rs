@@ -1,6 +1,6 @@
-//! Instants on the wire and timers. Lease deadlines come from the Redis clock (`TIME`
-//! inside the scripts) as Unix milliseconds; this module turns them into protobuf
-//! timestamps and local sleeps.
+//! Instants and timers. Lease deadlines come from the Redis clock (`TIME` inside the
+//! scripts) as Unix milliseconds; this module turns them into local sleeps (the
+//! protobuf timestamps are the gRPC face's: `grpc/proto_time.rs`).
 
 use std::{
     future::Future,
@@ -14,21 +14,6 @@ use tokio::time::Instant;
 use crate::error::{Error, Result};
 
 pub mod precise;
-
-/// A `google.protobuf.Timestamp` for Unix milliseconds.
-pub fn timestamp_from_ms(ms: i64) -> prost_types::Timestamp {
-    prost_types::Timestamp {
-        seconds: ms.div_euclid(1000),
-        nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
-    }
-}
-
-/// Unix milliseconds of a timestamp (rounded down).
-pub fn ms_from_timestamp(ts: &prost_types::Timestamp) -> i64 {
-    ts.seconds
-        .saturating_mul(1000)
-        .saturating_add(i64::from(ts.nanos) / 1_000_000)
-}
 
 /// The local clock as Unix milliseconds: only for estimates (how long to sleep until a
 /// Redis-clock instant), never for a decision that Redis makes.

@@ -13,7 +13,8 @@ use tonic::{transport::Server, Request, Response, Status};
 
 use turnstile::{
     pb::{self, lock_service_server::LockService, lock_service_server::LockServiceServer},
-    time::{now_ms, timestamp_from_ms},
+    time::now_ms,
+    timestamp_from_ms,
 };
 
 /// Serves the no-op lock service on a free loopback port until the process is killed;

@@ -435,11 +435,7 @@ pub async fn delayed(target: &Target) -> Result<Report, String> {
         acked.clone(),
         stop.clone(),
         move |task| {
-            let due_us = task
-                .due_at
-                .as_ref()
-                .map_or(0, turnstile::time::ms_from_timestamp)
-                * 1000;
+            let due_us = task.due_at.as_ref().map_or(0, turnstile::ms_from_timestamp) * 1000;
             let late = unix_us() - due_us;
             if late < 0 {
                 early_seen.fetch_add(1, Ordering::Relaxed);
@@ -454,9 +450,9 @@ pub async fn delayed(target: &Target) -> Result<Report, String> {
     for batch in 0..4 {
         let tasks = (batch * TASKS / 4..(batch + 1) * TASKS / 4)
             .map(|i| TaskSpec {
-                schedule: Some(task_spec::Schedule::DueAt(
-                    turnstile::time::timestamp_from_ms(base_ms + i * SPREAD_MS / TASKS),
-                )),
+                schedule: Some(task_spec::Schedule::DueAt(turnstile::timestamp_from_ms(
+                    base_ms + i * SPREAD_MS / TASKS,
+                ))),
                 ..TaskSpec::default()
             })
             .collect();

@@ -5,13 +5,14 @@
 use std::time::Duration;
 
 use super::pb;
+use super::proto_time::{self, DurationRule};
 use crate::{
     error::{Error, Result},
     queue::{
         GroupConfig, QueueConfig, QueueConfigChange, RateLimit, Retention, MAX_KEEP_COUNT,
         MAX_RATE_LIMIT, MAX_WEIGHT, RATE_PERIODS,
     },
-    validate::{self, DurationRule},
+    validate,
 };
 
 /// Highest task priority.
@@ -67,7 +68,7 @@ fn rate_limit(which: Which, value: Option<pb::RateLimit>) -> Result<Option<Optio
             format!("must be at most {MAX_RATE_LIMIT}, got {}", value.limit),
         ));
     }
-    let period = validate::duration(
+    let period = proto_time::duration(
         which.field("period"),
         value.period.as_ref(),
         DurationRule {
@@ -133,7 +134,7 @@ fn retention(which: Keep, value: Option<pb::Retention>) -> Result<Option<Option<
     let Some(value) = value else {
         return Ok(None);
     };
-    let age = validate::duration(
+    let age = proto_time::duration(
         which.field("age"),
         value.age.as_ref(),
         DurationRule {

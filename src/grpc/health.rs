@@ -4,11 +4,21 @@
 //! `turnstile.v1.QueueService` between SERVING and NOT_SERVING. `liveness` stays
 //! SERVING while the process runs, so a Redis outage does not get replicas restarted.
 
-use std::time::Duration;
+use std::{
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
 
 use tonic_health::{server::HealthReporter, ServingStatus};
 
-use crate::{metrics::Metrics, redis::events::Events, redis::Redis, shutdown::Shutdown};
+use crate::{
+    metrics::{Family, Kind, Metrics},
+    redis::{events::Events, Redis},
+    shutdown::Shutdown,
+};
 
 /// The services whose health follows Redis.
 pub const READINESS_SERVICES: [&str; 3] =
@@ -19,8 +29,31 @@ pub const LIVENESS_SERVICE: &str = "liveness";
 const PROBE_WHILE_UP: Duration = Duration::from_secs(1);
 const PROBE_WHILE_DOWN: Duration = Duration::from_millis(250);
 
+/// What the health service answers: the liveness service SERVING from the start, the
+/// readiness services as the probe last found Redis (NOT_SERVING until it has, and
+/// again from the start of a shutdown). Cheap to clone.
+#[derive(Clone)]
+pub struct Health(pub(super) HealthReporter);
+
+impl Health {
+    /// Live, not ready yet.
+    pub async fn new() -> Self {
+        let reporter = HealthReporter::new();
+        reporter
+            .set_service_status(LIVENESS_SERVICE, ServingStatus::Serving)
+            .await;
+        set_readiness(&reporter, ServingStatus::NotServing).await;
+        Self(reporter)
+    }
+
+    /// Not ready any more: a shutdown has begun.
+    pub async fn not_ready(&self) {
+        set_readiness(&self.0, ServingStatus::NotServing).await;
+    }
+}
+
 /// Sets every readiness service to `status`.
-pub async fn set_readiness(reporter: &HealthReporter, status: ServingStatus) {
+async fn set_readiness(reporter: &HealthReporter, status: ServingStatus) {
     for service in READINESS_SERVICES {
         reporter.set_service_status(service, status).await;
     }
@@ -29,10 +62,18 @@ pub async fn set_readiness(reporter: &HealthReporter, status: ServingStatus) {
 /// Spawns the probe; it stops at shutdown (which sets NOT_SERVING itself).
 pub fn spawn_probe(
     redis: Redis,
-    (reporter, metrics): (HealthReporter, Metrics),
+    (Health(reporter), metrics): (Health, Metrics),
     events: Events,
     shutdown: &Shutdown,
 ) {
+    let up_now = Arc::new(AtomicBool::new(false));
+    let read = up_now.clone();
+    metrics.register(Family::single(
+        "turnstile_redis_up",
+        Kind::Gauge,
+        "1 while the readiness probe finds Redis answering.",
+        move || u64::from(read.load(Ordering::Relaxed)),
+    ));
     let task_shutdown = shutdown.clone();
     shutdown.spawn(async move {
         let mut up = None;
@@ -55,7 +96,7 @@ pub fn spawn_probe(
             if task_shutdown.is_triggered() {
                 return;
             }
-            metrics.set_redis_up(now_up);
+            up_now.store(now_up, Ordering::Relaxed);
             if up != Some(now_up) {
                 if now_up {
                     tracing::info!("redis answers: serving");

@@ -9,32 +9,18 @@ use tonic::{Request, Response, Status};
 
 use super::{
     flow::{self, Listing},
+    lease::{hold_event, TTL, WAIT},
     pb::{self, lock_service_server::LockService},
+    proto_time::{self, timestamp_from_ms},
     rpc::{self, record, record_count, Bound, ResponseStream},
 };
 use crate::{
     error::{Error, Result},
-    limits::MAX_WAIT,
-    lock::{
-        hold, watch, AcquireOutcome, AcquireSpec, Holder, LockStore, DEFAULT_TTL, MAX_TTL, MIN_TTL,
-    },
+    lock::{hold, watch, AcquireOutcome, AcquireSpec, Holder, LockStore},
     method::Method,
     redis::TenantScoped,
-    time::{now_ms, timestamp_from_ms},
-    validate::{self, DurationRule},
-};
-
-/// The rule of every lease's `ttl` (the semaphores' too).
-pub(super) const TTL: DurationRule = DurationRule {
-    default: DEFAULT_TTL,
-    min: MIN_TTL,
-    max: MAX_TTL,
-};
-/// The rule of every `wait` (the semaphores' too).
-pub(super) const WAIT: DurationRule = DurationRule {
-    default: Duration::ZERO,
-    min: Duration::ZERO,
-    max: MAX_WAIT,
+    time::now_ms,
+    validate,
 };
 
 /// The gRPC face of [`LockStore`].
@@ -70,8 +56,8 @@ fn acquire_spec(
     let spec = AcquireSpec {
         name: validate::name("name", name)?.to_owned(),
         owner: validate::owner("owner", owner)?.to_owned(),
-        ttl: validate::duration("ttl", ttl, TTL)?,
-        wait: validate::duration("wait", wait, WAIT)?,
+        ttl: proto_time::duration("ttl", ttl, TTL)?,
+        wait: proto_time::duration("wait", wait, WAIT)?,
         request_id: validate::optional_id("request_id", request_id)?.to_owned(),
     };
     record("lock", &spec.name);
@@ -148,7 +134,7 @@ impl LockService for LockApi {
         rpc::unary(Method::Extend, Bound::Race, request, |call, r| async move {
             let name = lock_name(&r.name)?;
             let token = validate::token("token", &r.token)?;
-            let ttl = validate::duration("ttl", r.ttl.as_ref(), TTL)?;
+            let ttl = proto_time::duration("ttl", r.ttl.as_ref(), TTL)?;
             let until = self
                 .store
                 .tenant(&call.tenant)
@@ -328,24 +314,6 @@ impl rpc::Heartbeat for pb::WatchResponse {
 fn hold_response(event: hold::HoldEvent) -> pb::HoldResponse {
     pb::HoldResponse {
         event: Some(hold_event(event)),
-    }
-}
-
-/// A Hold stream's event as the message both services' Hold streams carry.
-pub(super) fn hold_event(event: hold::HoldEvent) -> pb::hold_response::Event {
-    use pb::hold_response::{Acquired, Event, Lost, Renewed};
-    match event {
-        hold::HoldEvent::Acquired(lease) => Event::Acquired(Acquired {
-            token: lease.token,
-            fencing_token: lease.fencing_token,
-            expires_at: Some(timestamp_from_ms(lease.expires_at_ms)),
-        }),
-        hold::HoldEvent::Renewed(until) => Event::Renewed(Renewed {
-            expires_at: Some(timestamp_from_ms(until)),
-        }),
-        hold::HoldEvent::Lost(reason) => Event::Lost(Lost {
-            reason: reason.to_owned(),
-        }),
     }
 }
 

@@ -1,13 +1,14 @@
 //! `QueueApi` implements the generated `QueueService`: each handler validates and
-//! converts the request, calls `QueueStore` (or the `Scheduler`, for Subscribe), and
+//! converts the request, calls `QueueStore` (the queue's one door, Subscribe included), and
 //! converts the answer. Deadlines, spans, error logging and heartbeats are `rpc`'s.
 
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
 use prost::bytes::Bytes;
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status};
 
+use super::proto_time::{self, timestamp_from_ms, DurationRule};
 use super::{
     flow::{self, Listing},
     pb::{self, queue_service_server::QueueService},
@@ -18,16 +19,15 @@ use crate::{
     limits::MAX_WAIT,
     method::Method,
     queue::{
-        scheduler::Scheduler,
         subscribe::{Pushed, SubscribeSpec},
         Attempt, Failure, LeaseSpec, Nacked, NewTask, Outcome, QueueStore, Schedule, Task,
         TaskCursor, TaskState, DEFAULT_MAX_ATTEMPTS, DEFAULT_VISIBILITY, MAX_BATCH, MAX_DURATION,
         MAX_PAYLOAD_BYTES, MAX_PROGRESS_BYTES, MAX_RESULT_BYTES, MAX_TASKS,
     },
     redis::TenantScoped,
-    time::{now_ms, timestamp_from_ms},
+    time::now_ms,
     token::new_token,
-    validate::{self, DurationRule},
+    validate,
 };
 
 const VISIBILITY: DurationRule = DurationRule {
@@ -46,25 +46,18 @@ const DELAY: DurationRule = DurationRule {
     max: MAX_DURATION,
 };
 
-/// The gRPC face of [`QueueStore`].
+/// The gRPC face of [`QueueStore`] (a store serving this replica's Subscribe streams).
 #[derive(Clone)]
 pub struct QueueApi {
     store: QueueStore,
-    /// Feeds the Subscribe streams.
-    scheduler: Arc<Scheduler>,
     /// `--stream-heartbeat`.
     heartbeat: Duration,
 }
 
 impl QueueApi {
-    /// The service over `store`, with Subscribe streams fed by `scheduler` and
-    /// heartbeats every `heartbeat`.
-    pub fn new(store: QueueStore, scheduler: Arc<Scheduler>, heartbeat: Duration) -> Self {
-        Self {
-            store,
-            scheduler,
-            heartbeat,
-        }
+    /// The service over `store`, with heartbeats every `heartbeat`.
+    pub fn new(store: QueueStore, heartbeat: Duration) -> Self {
+        Self { store, heartbeat }
     }
 }
 
@@ -114,11 +107,11 @@ fn new_task(at: usize, spec: pb::TaskSpec) -> Result<NewTask> {
     let schedule = match &spec.schedule {
         None => Schedule::Now,
         Some(pb::task_spec::Schedule::Delay(delay)) => {
-            Schedule::Delay(validate::duration("delay", Some(delay), DELAY)?)
+            Schedule::Delay(proto_time::duration("delay", Some(delay), DELAY)?)
         }
         Some(pb::task_spec::Schedule::DueAt(at)) => {
             // Before 1970 is as past as 1970 (READY at once).
-            Schedule::At(validate::timestamp("due_at", at)?.max(0))
+            Schedule::At(proto_time::timestamp("due_at", at)?.max(0))
         }
     };
     let replace = match pb::DuplicatePolicy::try_from(spec.on_duplicate) {
@@ -141,7 +134,7 @@ fn new_task(at: usize, spec: pb::TaskSpec) -> Result<NewTask> {
         } else {
             spec.max_attempts
         },
-        dedupe_window: validate::duration("dedupe_window", spec.dedupe_window.as_ref(), DELAY)?,
+        dedupe_window: proto_time::duration("dedupe_window", spec.dedupe_window.as_ref(), DELAY)?,
         fresh_id,
         group: flow::group(&spec.group)?.to_owned(),
         priority: flow::priority(spec.priority)?,
@@ -241,7 +234,7 @@ impl QueueService for QueueApi {
                 let wait = r
                     .wait
                     .as_ref()
-                    .map(|wait| validate::duration("wait", Some(wait), WAIT_TIMEOUT))
+                    .map(|wait| proto_time::duration("wait", Some(wait), WAIT_TIMEOUT))
                     .transpose()?;
                 if wait.is_some() && r.tasks.len() != 1 {
                     return Err(Error::invalid(
@@ -262,7 +255,7 @@ impl QueueService for QueueApi {
                     Some(wait) => Some(store.wait_before_enqueue(queue, &tasks[0].id, wait).await?),
                     None => None,
                 };
-                let results = self.scheduler.enqueue(store.clone(), queue, tasks).await?;
+                let results = store.enqueue(queue, tasks).await?;
                 let mut results: Vec<pb::EnqueueResult> = results
                     .into_iter()
                     .map(|r| pb::EnqueueResult {
@@ -301,10 +294,10 @@ impl QueueService for QueueApi {
             let queue = queue_name(&call, &r.queue)?;
             let spec = LeaseSpec {
                 max_tasks: validate::count("max_tasks", r.max_tasks, 1, MAX_TASKS)?,
-                visibility: validate::duration("visibility", r.visibility.as_ref(), VISIBILITY)?,
+                visibility: proto_time::duration("visibility", r.visibility.as_ref(), VISIBILITY)?,
                 auto_ack: r.auto_ack,
             };
-            let wait = validate::duration("wait", r.wait.as_ref(), WAIT)?;
+            let wait = proto_time::duration("wait", r.wait.as_ref(), WAIT)?;
             let tasks = self
                 .store
                 .tenant(&call.tenant)
@@ -338,7 +331,7 @@ impl QueueService for QueueApi {
             record_count(r.receipts.len());
             let store = self.store.tenant(&call.tenant);
             if r.results.is_empty() {
-                let acked = self.scheduler.ack(store, queue, &r.receipts).await?;
+                let acked = store.ack(queue, &r.receipts).await?;
                 return Ok(pb::AckResponse { acked });
             }
             let mut results = Vec::with_capacity(r.results.len());
@@ -375,7 +368,7 @@ impl QueueService for QueueApi {
         rpc::unary(Method::Nack, Bound::Race, request, |call, r| async move {
             let queue = queue_name(&call, &r.queue)?;
             let receipt = validate::token("receipt", &r.receipt)?;
-            let delay = validate::duration("delay", r.delay.as_ref(), DELAY)?;
+            let delay = proto_time::duration("delay", r.delay.as_ref(), DELAY)?;
             // Never refused for its length: cut (the contract).
             let failure = Failure::new(&r.error, r.give_up);
             let nacked = self
@@ -403,7 +396,7 @@ impl QueueService for QueueApi {
                 let queue = queue_name(&call, &r.queue)?;
                 let receipt = validate::token("receipt", &r.receipt)?;
                 let visibility =
-                    validate::duration("visibility", r.visibility.as_ref(), VISIBILITY)?;
+                    proto_time::duration("visibility", r.visibility.as_ref(), VISIBILITY)?;
                 if r.progress
                     .as_ref()
                     .is_some_and(|p| p.len() > MAX_PROGRESS_BYTES)
@@ -488,7 +481,7 @@ impl QueueService for QueueApi {
             let queue = queue_name(&call, &r.queue)?;
             let id = task_id("id", 0, &r.id)?;
             record("task_id", &id);
-            let timeout = validate::duration("timeout", r.timeout.as_ref(), WAIT_TIMEOUT)?;
+            let timeout = proto_time::duration("timeout", r.timeout.as_ref(), WAIT_TIMEOUT)?;
             let waited = self
                 .store
                 .tenant(&call.tenant)
@@ -737,17 +730,15 @@ impl QueueService for QueueApi {
             let worker_id = validate::optional_id("worker_id", &r.worker_id)?;
             let spec = SubscribeSpec {
                 max_in_flight: validate::count("max_in_flight", r.max_in_flight, 1, MAX_TASKS)?,
-                visibility: validate::duration("visibility", r.visibility.as_ref(), VISIBILITY)?,
+                visibility: proto_time::duration("visibility", r.visibility.as_ref(), VISIBILITY)?,
                 worker_id: (!worker_id.is_empty()).then(|| worker_id.to_owned()),
             };
-            let deliveries = self.scheduler.subscribe(&call.tenant, queue, spec)?;
+            let deliveries = self.store.tenant(&call.tenant).subscribe(queue, spec)?;
             let (metrics, tenant, queue) = (call.metrics, call.tenant, queue.to_owned());
             Ok(deliveries.map(move |pushed| {
                 pushed.map(|pushed| match pushed {
                     Pushed::Task(task) => {
                         metrics.delivered(&tenant, &queue, std::iter::once(task.attempt));
-                        let late = now_ms() - task.due_at_ms;
-                        metrics.pushed(Duration::from_millis(late.max(0) as u64));
                         pb::SubscribeResponse {
                             event: Some(pb::subscribe_response::Event::Task(task_message(task))),
                         }

@@ -2,14 +2,11 @@
 //! auth layer and the size ceiling, on the accepted connections, until `draining`
 //! completes. The composition root (`server.rs`) builds the stores and hands them here.
 
-use std::{future::Future, sync::Arc, time::Duration};
+use std::{future::Future, time::Duration};
 
 use tokio::net::TcpListener;
-use tonic::transport::{Server, ServerTlsConfig};
-use tonic_health::{
-    pb::health_server::HealthServer,
-    server::{HealthReporter, HealthService},
-};
+use tonic::transport::Server;
+use tonic_health::{pb::health_server::HealthServer, server::HealthService};
 
 use super::{
     auth::Authorized,
@@ -27,11 +24,7 @@ use super::{
     wire::SizeLimited,
 };
 use crate::{
-    auth::Auth,
-    lock::LockStore,
-    metrics::Metrics,
-    queue::{scheduler::Scheduler, QueueStore},
-    schedule::ScheduleStore,
+    auth::Auth, lock::LockStore, metrics::Metrics, queue::QueueStore, schedule::ScheduleStore,
     semaphore::SemaphoreStore,
 };
 
@@ -49,7 +42,7 @@ pub struct Settings {
     /// `--max-connection-age` and its grace, if connections age out.
     pub connection_age: Option<ConnectionAge>,
     /// `None`: plaintext.
-    pub tls: Option<ServerTlsConfig>,
+    pub tls: Option<super::tls::ServerTls>,
 }
 
 /// What the services serve: the domain's stores and engines, who may call, and where
@@ -57,10 +50,8 @@ pub struct Settings {
 pub struct Services {
     /// Every LockService RPC.
     pub locks: LockStore,
-    /// The unary QueueService RPCs.
+    /// Every QueueService RPC (a store serving this replica's Subscribe streams).
     pub queues: QueueStore,
-    /// Subscribe's feeds.
-    pub scheduler: Arc<Scheduler>,
     /// Every ScheduleService RPC.
     pub schedules: ScheduleStore,
     /// Every SemaphoreService RPC.
@@ -77,7 +68,7 @@ pub async fn serve(
     listener: TcpListener,
     connections: ConnectionLimit,
     settings: Settings,
-    (services, health): (Services, HealthReporter),
+    (services, health): (Services, super::health::Health),
     draining: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), String> {
     let reflection_v1 = tonic_reflection::server::Builder::configure()
@@ -101,13 +92,12 @@ pub async fn serve(
     }
     if let Some(tls) = settings.tls {
         builder = builder
-            .tls_config(tls)
+            .tls_config(tls.0)
             .map_err(|err| format!("tls: {err}"))?;
     }
     let Services {
         locks,
         queues,
-        scheduler,
         schedules,
         semaphores,
         auth,
@@ -115,7 +105,7 @@ pub async fn serve(
     } = services;
     builder
         .add_service(HealthServer::new(HealthService::from_health_reporter(
-            health,
+            health.0,
         )))
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
@@ -128,7 +118,7 @@ pub async fn serve(
         .add_service(guarded(
             &auth,
             &metrics,
-            QueueServiceServer::new(QueueApi::new(queues, scheduler, settings.stream_heartbeat))
+            QueueServiceServer::new(QueueApi::new(queues, settings.stream_heartbeat))
                 .max_decoding_message_size(settings.max_message_size),
         ))
         .add_service(guarded(

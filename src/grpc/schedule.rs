@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use tonic::{Request, Response, Status};
 
+use super::proto_time::{self, timestamp_from_ms, DurationRule};
 use super::{
     flow::{self, Listing},
     pb::{self, schedule_service_server::ScheduleService},
@@ -19,8 +20,7 @@ use crate::{
         times::FireTimes, Overlap, Schedule, ScheduleStore, ScheduleView, Spec, TaskTemplate,
         DEFAULT_CATCH_UP, MAX_CATCH_UP, MIN_EVERY,
     },
-    time::timestamp_from_ms,
-    validate::{self, DurationRule},
+    validate,
 };
 
 const EVERY: DurationRule = DurationRule {
@@ -71,7 +71,7 @@ fn schedule_of(message: Option<pb::Schedule>) -> Result<Schedule> {
             }
         }
         Some(pb::schedule::Spec::Every(every)) => {
-            let every = validate::duration("every", Some(&every), EVERY)?;
+            let every = proto_time::duration("every", Some(&every), EVERY)?;
             if every.subsec_nanos() % 1_000_000 != 0 {
                 return Err(Error::invalid("every", "must be whole milliseconds"));
             }
@@ -114,7 +114,7 @@ fn schedule_of(message: Option<pb::Schedule>) -> Result<Schedule> {
         },
         paused: s.paused,
         overlap,
-        catch_up_window: validate::duration(
+        catch_up_window: proto_time::duration(
             "catch_up_window",
             s.catch_up_window.as_ref(),
             CATCH_UP,

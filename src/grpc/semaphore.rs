@@ -8,8 +8,9 @@ use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status};
 
 use super::{
-    lock::{TTL, WAIT},
+    lease::{hold_event, TTL, WAIT},
     pb::{self, semaphore_service_server::SemaphoreService},
+    proto_time::{self, timestamp_from_ms},
     rpc::{self, record, Bound, ResponseStream},
 };
 use crate::{
@@ -18,7 +19,7 @@ use crate::{
     method::Method,
     redis::TenantScoped,
     semaphore::{SemaphoreOutcome, SemaphoreSpec, SemaphoreStore, MAX_LIMIT},
-    time::{now_ms, timestamp_from_ms},
+    time::now_ms,
     validate,
 };
 
@@ -69,8 +70,8 @@ fn semaphore_spec(asked: Asked<'_>) -> Result<SemaphoreSpec> {
         owner: validate::owner("owner", asked.owner)?.to_owned(),
         limit,
         permits,
-        ttl: validate::duration("ttl", asked.ttl, TTL)?,
-        wait: validate::duration("wait", asked.wait, WAIT)?,
+        ttl: proto_time::duration("ttl", asked.ttl, TTL)?,
+        wait: proto_time::duration("wait", asked.wait, WAIT)?,
         request_id: validate::optional_id("request_id", asked.request_id)?.to_owned(),
     };
     record("owner", &spec.owner);
@@ -159,7 +160,7 @@ impl SemaphoreService for SemaphoreApi {
             |call, r| async move {
                 let name = semaphore_name(&r.name)?;
                 let token = validate::token("token", &r.token)?;
-                let ttl = validate::duration("ttl", r.ttl.as_ref(), TTL)?;
+                let ttl = proto_time::duration("ttl", r.ttl.as_ref(), TTL)?;
                 let until = self
                     .store
                     .tenant(&call.tenant)
@@ -236,7 +237,7 @@ impl SemaphoreService for SemaphoreApi {
 
 fn hold_response(event: HoldEvent) -> pb::SemaphoreServiceHoldResponse {
     use pb::semaphore_service_hold_response::Event;
-    let event = match super::lock::hold_event(event) {
+    let event = match hold_event(event) {
         pb::hold_response::Event::Acquired(acquired) => Event::Acquired(acquired),
         pb::hold_response::Event::Renewed(renewed) => Event::Renewed(renewed),
         pb::hold_response::Event::Lost(lost) => Event::Lost(lost),

@@ -18,8 +18,13 @@ pub struct ServerPem<'a> {
     pub client_ca: Option<&'a Path>,
 }
 
+/// The gRPC server's TLS settings, as read from their files (tonic's own type inside:
+/// the composition root passes it on without knowing it).
+#[derive(Clone, Debug)]
+pub struct ServerTls(pub(super) ServerTlsConfig);
+
 /// The server's TLS, or `None` for plaintext (no certificate and key).
-pub fn server_config(pem: ServerPem<'_>) -> Result<Option<ServerTlsConfig>, String> {
+pub fn server_config(pem: ServerPem<'_>) -> Result<Option<ServerTls>, String> {
     let (Some(cert), Some(key)) = (pem.cert, pem.key) else {
         return Ok(None);
     };
@@ -28,7 +33,7 @@ pub fn server_config(pem: ServerPem<'_>) -> Result<Option<ServerTlsConfig>, Stri
     if let Some(ca) = pem.client_ca {
         tls = tls.client_ca_root(Certificate::from_pem(read("--tls-client-ca", ca)?));
     }
-    Ok(Some(tls))
+    Ok(Some(ServerTls(tls)))
 }
 
 /// The CA to trust for `rediss://` (`--redis-ca`), or `None` for the system's roots.

@@ -2,22 +2,16 @@
 //! ends up holding the lock": a try-once call guards its script in flight, a waiting
 //! one runs detached from its caller, and every lease won is a [`Won`] until the
 //! caller has it. Waiting is push-based: a release message wakes the head waiter of
-//! this replica, and only the head keeps a timer at the lease's end.
-
-use std::time::Duration;
+//! this replica, and only the head keeps a timer at the lease's end (`waiting.rs`).
 
 use tokio::time::Instant;
 
 use super::{
-    model::{AcquireOutcome, AcquireSpec, Attempt, Holder, Stop},
+    model::{AcquireOutcome, AcquireSpec, Attempt, Stop},
+    waiting::WaitTimer,
     LockStore,
 };
-use crate::{
-    error::{Error, Result},
-    shutdown::Unclaimed,
-    time::{earliest, until_ms, within},
-    token::new_token,
-};
+use crate::{error::Result, shutdown::Unclaimed, time::within, token::new_token};
 
 impl LockStore {
     /// Takes the lock for a caller who may go away at any moment: a try-once call
@@ -79,25 +73,18 @@ impl LockStore {
     /// caller claims or drops.
     pub async fn wait_for(&self, spec: &AcquireSpec, stop: &Stop) -> Result<Attempt> {
         let token = new_token();
-        let wait_until = Instant::now() + spec.wait;
         let will_wait = !spec.wait.is_zero();
+        let mut timer = WaitTimer::new(spec.wait);
         // Whether this call's owner index entry is written (on its first try).
         let mut indexed = false;
         let mut place = None;
         let mut permit = None;
-        // The lease the head's timer was last set for, and how long to back off when
-        // the local clock runs ahead of Redis' and the timer fires before the expiry.
-        let mut timed_for: Option<Holder> = None;
-        let mut early_backoff = Duration::from_millis(1);
-        // Redis trouble while already waiting is retried (bounded by the wait and the
-        // deadline) instead of failing a call that may still win.
-        let mut retry_backoff = Duration::from_millis(50);
         loop {
             // Boxed for the time of the call: inline, its state would stay in the
             // waiting task for the whole wait (measured in `bench idle`).
             let attempt = Box::pin(self.try_acquire(spec, &token, will_wait, &mut indexed)).await;
             let now = Instant::now();
-            let wait_over = !will_wait || now >= wait_until;
+            let wait_over = !will_wait || timer.is_over(now);
             let holder = match attempt {
                 Ok(AcquireOutcome::Acquired(lease)) => {
                     let won = self.unclaimed(&spec.name, lease, |lease| &lease.token);
@@ -120,44 +107,16 @@ impl LockStore {
             }
             let place = place
                 .get_or_insert_with(|| self.waiters.join(&self.redis.keys.lock(&spec.name).lock));
-            // Only the head keeps a timer at the lease's end; the others sleep until woken.
-            let retry_at = match holder {
-                None => {
-                    let at = now + retry_backoff;
-                    retry_backoff = (retry_backoff * 2).min(Duration::from_secs(1));
-                    Some(at)
-                }
-                Some(holder) if place.is_head() => {
-                    retry_backoff = Duration::from_millis(50);
-                    let mut sleep = until_ms(holder.expires_at_ms);
-                    if timed_for.as_ref() == Some(&holder) {
-                        sleep = sleep.max(early_backoff);
-                        early_backoff = (early_backoff * 2).min(Duration::from_millis(100));
-                    } else {
-                        early_backoff = Duration::from_millis(1);
-                    }
-                    timed_for = Some(holder);
-                    Some(now + sleep)
-                }
-                Some(_) => {
-                    retry_backoff = Duration::from_millis(50);
-                    timed_for = None;
-                    None
+            let look_at = match holder {
+                None => Some(timer.failed(now)),
+                Some(holder) => {
+                    let end_ms = holder.expires_at_ms;
+                    timer.held(now, holder, end_ms, place.is_head())
                 }
             };
-            // One timer for the earliest of the retry, the wait's end (then one last
-            // look: the lock may have been freed as the wait ran out) and the caller's
-            // deadline. One, not three: the waiting task's size is a waiter's memory.
-            let wake_at = earliest(wait_until, [retry_at, stop.deadline]);
-            tokio::select! {
-                () = place.woken() => {}
-                () = tokio::time::sleep_until(wake_at) => {
-                    if stop.deadline.is_some_and(|deadline| Instant::now() >= deadline) {
-                        return Err(Error::DeadlineExceeded);
-                    }
-                }
-                () = stop.cancel.cancelled() => return Err(stop.error(self.shutdown.is_triggered())),
-            }
+            timer
+                .sleep(place.woken(), look_at, stop, &self.shutdown)
+                .await?;
         }
     }
 }

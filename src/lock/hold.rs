@@ -151,7 +151,7 @@ impl LockStore {
 /// Opens a Hold stream: its engine runs on the shutdown tracker, holding one of
 /// `--max-streams`, and ends when the returned stream is dropped (the caller left: the
 /// lease is released) or the lease cannot be kept. The shape of Subscribe's
-/// (`Scheduler::subscribe`).
+/// (`QueueStore::subscribe`).
 pub fn open<S: Holdable>(store: S, spec: HoldSpec<S::Spec>) -> Result<HoldStream, Error> {
     if store.shutdown().is_triggered() {
         return Err(Error::ShuttingDown);

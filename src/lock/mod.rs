@@ -16,6 +16,7 @@ mod owner_index;
 mod scripts;
 mod store;
 pub(crate) mod waiters;
+mod waiting;
 pub(crate) mod watch;
 
 use std::{sync::Arc, time::Duration};
@@ -37,6 +38,7 @@ pub use model::{
 use owner_index::OwnerIndex;
 pub use scripts::LockScripts;
 use waiters::Waiters;
+pub(crate) use waiting::WaitTimer;
 use watch::Watchers;
 
 /// Default lease (`ttl` unset).

@@ -1,7 +1,7 @@
 //! One queue's Subscribe feed on this replica: its streams, and one pass of the loop
 //! that feeds them (detach the ended, attach the re-attached, one `dispatch` script
 //! for every stream with a free slot). The loop itself, and which feeds exist, are the
-//! scheduler's (`scheduler.rs`).
+//! feeds' (`feeds.rs`).
 
 use std::{
     sync::{Mutex, MutexGuard, PoisonError},
@@ -52,7 +52,7 @@ pub(super) struct Members {
     pub(super) turn: usize,
     /// Since when the loop has waited for a wake-up or its timer (None: a pass is
     /// under way). An enqueue on this replica that finds it asleep for [`QUIET`] leases
-    /// to the streams itself (`Scheduler::enqueue`).
+    /// to the streams itself (`QueueStore::enqueue`, `enqueue.rs`).
     pub(super) asleep_since: Option<Instant>,
     /// The earliest instant a dispatch outside the loop (an Enqueue's or an Ack's own
     /// leasing, `Feed::hand_over`) found for the loop's timer: its lease end, or its
@@ -155,7 +155,7 @@ impl Feed {
         (!eligible.is_empty()).then_some((eligible, slots))
     }
 
-    /// The streams an Ack's run may refill (`Scheduler::ack`): those the last dispatch
+    /// The streams an Ack's run may refill (`QueueStore::ack`, `acks.rs`): those the last dispatch
     /// left full, at most [`REFILL_STREAMS`], when the feed has nothing of its own to
     /// do first (no ended stream to detach, no worker stream to attach). None when
     /// there is none. The script picks those whose slots the acks freed. A stream that

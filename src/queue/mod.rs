@@ -5,26 +5,31 @@
 //! - `scripts.rs`: the scripts (`lua/`, assembled with the helpers of `lua/include/`)
 //!   and their `KEYS`.
 //! - `store.rs`: one method per script call; `replies.rs` decodes what they answer.
+//! - `enqueue.rs` and `acks.rs`: Enqueue, and Ack by group commit, as the server calls
+//!   them, each run deciding whether it also leases to this replica's streams.
 //! - `long_poll.rs`: `Lease` with `wait`, and giving back what a gone caller leased.
-//! - `acks.rs`: Ack by group commit.
 //! - `config.rs`: flow control's queue and group settings (`lua/include/group_state.lua` and the helpers beside it);
 //!   `listing.rs`: the tenant's queues and a queue's groups, a page at a time.
 //! - `history.rs`: a queue's last hour by the minute (the dashboard's charts).
-//! - `watch.rs`: wake-ups of waiting `Lease` calls; `scheduler.rs`: the Subscribe
-//!   feeds of this replica; `feed.rs`: one queue's feed and its pass; `subscribe.rs`:
-//!   a Subscribe stream (its settings and the stream a caller reads).
+//! - `watch.rs`: wake-ups of waiting `Lease` calls; `feeds.rs`: the Subscribe feeds of
+//!   this replica; `feed.rs`: one queue's feed and its pass; `subscribe.rs`: a
+//!   Subscribe stream (its settings and the stream a caller reads).
 //!
-//! No proto type reaches the store: its adapter, `grpc/queue.rs`, converts.
+//! `QueueStore` is the domain's one door: the gRPC adapter, the dashboard, the schedules
+//! and the composition root call it and nothing else here. No proto type reaches it:
+//! its adapter, `grpc/queue.rs`, converts.
 
 mod acks;
 mod config;
+mod counters;
+mod enqueue;
 mod feed;
+mod feeds;
 mod history;
 mod listing;
 mod long_poll;
 mod model;
 mod replies;
-pub(crate) mod scheduler;
 mod scripts;
 mod store;
 pub(crate) mod subscribe;
@@ -34,11 +39,15 @@ mod workers;
 
 use std::{future::Future, pin::Pin, sync::Arc, time::Duration};
 
+use feeds::Feeds;
+
 use crate::{
+    error::{Error, Result},
+    limits::Limits,
     metrics::{DepthSource, Metrics, QueueDepths},
     redis::{
         batch::GroupCommit,
-        events::{EventSink, Route},
+        events::Route,
         keys::{Event, QueueKeys},
         Redis, TenantScoped,
     },
@@ -95,6 +104,12 @@ pub struct QueueStore {
     tenant: Tenant,
     /// Where it counts the limits that held tasks back, once registered.
     metrics: Arc<std::sync::OnceLock<Metrics>>,
+    /// What its Subscribe pushes count (registered with the metrics).
+    pushes: Arc<counters::PushCounters>,
+    /// This replica's Subscribe feeds, when the store serves streams
+    /// ([`QueueStore::serving_streams`]); a feed's own store has none, so no feed
+    /// holds the feeds that hold it.
+    feeds: Option<Arc<Feeds>>,
 }
 
 impl TenantScoped for QueueStore {
@@ -123,7 +138,42 @@ impl QueueStore {
             listed: Arc::default(),
             tenant: Tenant::default(),
             metrics: Arc::default(),
+            pushes: Arc::default(),
+            feeds: None,
         }
+    }
+
+    /// This store, also serving Subscribe streams on this replica (named `replica` on
+    /// the Workers page, its liveness kept fresh in Redis); route
+    /// [`QueueStore::slot_freed_route`] to it.
+    pub fn serving_streams(
+        self,
+        limits: Limits,
+        reattach_grace: Duration,
+        replica: String,
+    ) -> Self {
+        self.keep_replica_alive(replica.clone(), &self.shutdown);
+        let feeds = Feeds::new(limits, self.shutdown.clone(), reattach_grace, replica);
+        Self {
+            feeds: Some(feeds),
+            ..self
+        }
+    }
+
+    /// Opens a Subscribe stream on `queue`: RESOURCE_EXHAUSTED past `--max-streams`,
+    /// UNAVAILABLE while shutting down.
+    pub fn subscribe(
+        &self,
+        queue: &str,
+        spec: subscribe::SubscribeSpec,
+    ) -> Result<subscribe::Subscription> {
+        let feeds = self
+            .feeds
+            .as_ref()
+            .ok_or_else(|| Error::Internal("this queue store serves no streams".into()))?;
+        let mut store = self.clone();
+        store.feeds = None;
+        feeds.subscribe(store, queue, spec)
     }
 
     /// The scripts, for loading at boot.
@@ -148,9 +198,11 @@ impl QueueStore {
         self.redis.keys.channel(Event::SlotFreed)
     }
 
-    /// Where slot-freed messages (Subscribe tags) go: `sink`, the scheduler.
-    pub fn slot_freed_route(&self, sink: Arc<dyn EventSink>) -> Route {
-        self.redis.route(Event::SlotFreed, sink)
+    /// Where slot-freed messages (Subscribe tags, and cancels of running tasks) go:
+    /// this replica's feeds, when it serves streams.
+    pub fn slot_freed_route(&self) -> Option<Route> {
+        let feeds = self.feeds.clone()?;
+        Some(self.redis.route(Event::SlotFreed, feeds))
     }
 
     /// The keys of `queue` in this store's tenant.
@@ -161,21 +213,18 @@ impl QueueStore {
     /// Lets scrapes read the depths of the queues RPCs named.
     pub fn register_metrics(&self, metrics: &Metrics) {
         metrics.register_depths(Arc::new(self.clone()));
+        self.pushes.register(metrics);
         let _ = self.metrics.set(metrics.clone());
     }
 
     /// Counts `count` deliveries that went out in the Enqueue that stored them.
     pub(super) fn pushed_in_enqueue(&self, count: usize) {
-        if let (Some(metrics), 1..) = (self.metrics.get(), count) {
-            metrics.pushed_in_enqueue(count);
-        }
+        self.pushes.in_enqueue(count);
     }
 
     /// Counts `count` deliveries that went out in the Ack run that freed their slots.
     pub(super) fn pushed_in_ack(&self, count: usize) {
-        if let (Some(metrics), 1..) = (self.metrics.get(), count) {
-            metrics.pushed_in_ack(count);
-        }
+        self.pushes.in_ack(count);
     }
 
     /// Counts the limits that held back a deliverable task of `queue`.

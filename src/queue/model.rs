@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use prost::bytes::Bytes;
+use bytes::Bytes;
 
 use crate::error::{Error, Result};
 

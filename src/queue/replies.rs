@@ -2,7 +2,7 @@
 //! row of 13 values, written by `push_row()`/`push_fields()` in `lua/include/push_row.lua` and read
 //! by [`task_rows`] here; nothing else knows the row's layout.
 
-use prost::bytes::Bytes;
+use bytes::Bytes;
 use redis::Value;
 
 use super::{

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use prost::bytes::Bytes;
+use bytes::Bytes;
 
 use super::{
     model::{
@@ -46,12 +46,8 @@ impl QueueStore {
         }
     }
 
-    /// Adds a batch atomically; one result per task, in order.
-    pub async fn enqueue(&self, queue: &str, tasks: &[NewTask]) -> Result<Vec<Enqueued>> {
-        self.enqueue_keyed(queue, &self.keys(queue), tasks).await
-    }
-
-    /// [`QueueStore::enqueue`] with the queue's keys already built.
+    /// Adds a batch atomically with `enqueue.lua`; one result per task, in order (the
+    /// plain run of [`QueueStore::enqueue`]).
     pub(super) async fn enqueue_keyed(
         &self,
         queue: &str,
@@ -225,7 +221,7 @@ impl QueueStore {
         keys: &QueueKeys,
         receipts: &[String],
     ) -> Result<Vec<bool>> {
-        self.ack_run(keys, receipts, &[]).await
+        self.ack_script_run(keys, receipts, &[]).await
     }
 
     /// Finishes deliveries that returned results (`(receipt, result)` pairs), in one
@@ -237,10 +233,11 @@ impl QueueStore {
         receipts: &[String],
         results: &[(String, Bytes)],
     ) -> Result<Vec<bool>> {
-        self.ack_run(&self.keys(queue), receipts, results).await
+        self.ack_script_run(&self.keys(queue), receipts, results)
+            .await
     }
 
-    async fn ack_run(
+    async fn ack_script_run(
         &self,
         keys: &QueueKeys,
         receipts: &[String],

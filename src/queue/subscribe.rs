@@ -1,12 +1,13 @@
-//! One worker's Subscribe stream, as the scheduler hands it out: the deliveries its
-//! feed (`scheduler.rs`) leases to it, its `--max-streams` permit, and its feed
+//! One worker's Subscribe stream, as the feeds hand it out: the deliveries its
+//! feed (`feeds.rs`) leases to it, its `--max-streams` permit, and its feed
 //! membership. Dropping the stream (the client went away) leaves the feed, which then
 //! gives its unacked deliveries back, or keeps them for a re-attach when it named a
-//! worker_id. Knows nothing of the scheduler: the scheduler depends on this, not the
-//! other way round. Heartbeats are added by `rpc::stream`.
+//! worker_id. Knows nothing of the feeds: they depend on this, not the other way
+//! round. Heartbeats are added by `rpc::stream`.
 
 use std::{
     pin::Pin,
+    sync::Arc,
     task::{Context, Poll},
     time::Duration,
 };
@@ -14,8 +15,8 @@ use std::{
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tokio_stream::Stream;
 
-use super::Task;
-use crate::error::Result;
+use super::{counters::PushCounters, Task};
+use crate::{error::Result, time::now_ms};
 
 /// How a Subscribe stream is to be served (validated).
 #[derive(Clone, Debug)]
@@ -72,19 +73,23 @@ pub struct Subscription {
     _leave: LeaveOnDrop,
     /// This stream's place under `--max-streams`.
     _permit: OwnedSemaphorePermit,
+    /// Where each pushed task's lateness is counted.
+    pushes: Arc<PushCounters>,
 }
 
 impl Subscription {
     /// The stream of `rx`, holding its feed membership and its permit.
-    pub fn new(
+    pub(super) fn new(
         rx: mpsc::UnboundedReceiver<Delivery>,
         leave: LeaveOnDrop,
         permit: OwnedSemaphorePermit,
+        pushes: Arc<PushCounters>,
     ) -> Self {
         Self {
             rx,
             _leave: leave,
             _permit: permit,
+            pushes,
         }
     }
 }
@@ -93,8 +98,15 @@ impl Stream for Subscription {
     type Item = Result<Pushed>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.rx
+        let item = self
+            .rx
             .poll_recv(cx)
-            .map(|item| item.map(|delivery| *delivery))
+            .map(|item| item.map(|delivery| *delivery));
+        if let Poll::Ready(Some(Ok(Pushed::Task(task)))) = &item {
+            let late = now_ms() - task.due_at_ms;
+            self.pushes
+                .pushed(Duration::from_millis(late.max(0) as u64));
+        }
+        item
     }
 }

@@ -124,11 +124,11 @@ impl ErrorCounts {
     /// Reports the counts as `turnstile_redis_errors_total{kind}`.
     pub fn register(&self, metrics: &Metrics) {
         let counts = self.clone();
-        metrics.register(Family {
-            name: "turnstile_redis_errors_total",
-            kind: Kind::Counter,
-            help: "Failed Redis commands, by kind.",
-            samples: Box::new(move || {
+        metrics.register(Family::new(
+            "turnstile_redis_errors_total",
+            Kind::Counter,
+            "Failed Redis commands, by kind.",
+            Box::new(move || {
                 ErrorKind::ALL
                     .map(|kind| {
                         let labels = format!("kind=\"{}\"", kind.as_str());
@@ -136,6 +136,6 @@ impl ErrorCounts {
                     })
                     .into()
             }),
-        });
+        ));
     }
 }

@@ -42,8 +42,8 @@ pub struct Keys {
 const QUEUE_KEYS_KEPT: usize = 4096;
 
 /// The keys of the queues named so far, by key space and name. Every call on a queue
-/// needs its 17 keys, and formatting them on each call was 8.5% of the server's CPU
-/// under `bench queue` (2026-11-27 profile): a busy queue's calls now look them up.
+/// needs its 17 keys, and formatting them on each call costs 8.5% of the server's CPU
+/// under `bench queue` (2026-11-27 profile), so a busy queue's calls look them up.
 /// Bounded by [`QUEUE_KEYS_KEPT`] (about 1 KB each).
 #[derive(Default)]
 struct QueueKeyCache(Mutex<QueueKeysKept>);

@@ -11,12 +11,16 @@
 //!   time; each replica fires each fire time, and the queue's `fire.lua` lets exactly
 //!   one of them enqueue it.
 //!
-//! The schedule domain does not see the queue store: it enqueues through [`Queues`],
-//! which the composition root (`server.rs`) implements with `QueueStore::fire`. The
-//! record of the fire times lives on the queue's slot, written by the script that
-//! stores the task, so exactly once holds even when the schedules and the queue are on
-//! different Redis Cluster slots: the schedule's own slot only says what to fire.
+//! - `enqueue.rs`: how a fire, a trigger and a last fire reach the queues.
+//!
+//! It sits one layer above `queue/`, as `semaphore/` sits above `lock/`: it enqueues
+//! through `QueueStore` (`enqueue.rs`). The record of the fire times lives on the
+//! queue's slot, written by the script that stores the task, so exactly once holds even
+//! when the schedules and the queue are on different Redis Cluster slots: the
+//! schedule's own slot only says what to fire.
 
+mod counters;
+mod enqueue;
 mod model;
 mod record;
 mod scripts;
@@ -24,16 +28,14 @@ mod store;
 mod timer;
 pub mod times;
 
-use std::{future::Future, pin::Pin, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
-pub use model::{
-    FireCall, FireOutcome, FireReply, Overlap, Schedule, ScheduleView, Spec, TaskTemplate,
-};
+pub use model::{Overlap, Schedule, ScheduleView, Spec, TaskTemplate};
 pub use scripts::ScheduleScripts;
 pub use timer::Timer;
 
 use crate::{
-    error::Result,
+    queue::QueueStore,
     redis::{events::Route, keys::Event, Redis, TenantScoped},
     tenant::Tenant,
 };
@@ -45,45 +47,13 @@ pub const DEFAULT_CATCH_UP: Duration = Duration::from_secs(60);
 /// The longest `catch_up_window`.
 pub const MAX_CATCH_UP: Duration = Duration::from_secs(7 * 24 * 3600);
 
-/// A boxed future, for the [`Queues`] port.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// What schedules need of the queues: one fire, the last fire time, and a plain
-/// enqueue (TriggerSchedule). Implemented by the composition root over `QueueStore`.
-pub trait Queues: Send + Sync + 'static {
-    /// Runs fires of schedules into `queue` of `tenant`, in one script run; one reply
-    /// per call, in order.
-    fn fire<'a>(
-        &'a self,
-        tenant: &'a Tenant,
-        queue: &'a str,
-        calls: Vec<FireCall<'a>>,
-    ) -> BoxFuture<'a, Result<Vec<FireReply>>>;
-
-    /// The last fire time of `schedule` that enqueued a task into `queue` (0: none).
-    fn last_fire<'a>(
-        &'a self,
-        tenant: &'a Tenant,
-        queue: &'a str,
-        schedule: &'a str,
-    ) -> BoxFuture<'a, Result<i64>>;
-
-    /// Enqueues `task` as `id`, due now, kept if that id is in the queue.
-    fn enqueue_now<'a>(
-        &'a self,
-        tenant: &'a Tenant,
-        queue: &'a str,
-        id: String,
-        task: &'a TaskTemplate,
-    ) -> BoxFuture<'a, Result<()>>;
-}
-
 /// Schedules in Redis. Cheap to clone.
 #[derive(Clone)]
 pub struct ScheduleStore {
     redis: Redis,
     scripts: Arc<ScheduleScripts>,
-    queues: Arc<dyn Queues>,
+    /// The queues its fires and triggers enqueue into.
+    queues: QueueStore,
     /// The tenant this store is scoped to.
     tenant: Tenant,
     /// This replica's fire timer (it reads what the store writes).
@@ -104,9 +74,9 @@ impl TenantScoped for ScheduleStore {
 }
 
 impl ScheduleStore {
-    /// A store on `redis` that enqueues through `queues`; its timer starts with
+    /// A store on `redis` that enqueues into `queues`; its timer starts with
     /// [`Timer::run`] and hears of changes through [`ScheduleStore::event_route`].
-    pub fn new(redis: Redis, queues: Arc<dyn Queues>) -> Self {
+    pub fn new(redis: Redis, queues: QueueStore) -> Self {
         let scripts = Arc::new(ScheduleScripts::new());
         Self {
             timer: Arc::new(Timer::new(redis.clone(), queues.clone())),

@@ -2,6 +2,7 @@
 //! (`Keys::schedules`, one slot) and reads the last fire time from the queue's slot.
 
 use super::{
+    enqueue,
     model::{Schedule, ScheduleView, Spec},
     record,
     times::{self, FireTimes},
@@ -149,9 +150,14 @@ impl ScheduleStore {
             return Ok(None);
         };
         let id = times::fire_id(name, now_ms());
-        self.queues
-            .enqueue_now(&self.tenant, &schedule.queue, id.clone(), &schedule.task)
-            .await?;
+        enqueue::enqueue_now(
+            &self.queues,
+            &self.tenant,
+            &schedule.queue,
+            id.clone(),
+            &schedule.task,
+        )
+        .await?;
         Ok(Some(id))
     }
 
@@ -178,10 +184,8 @@ impl ScheduleStore {
         times: &FireTimes,
         since: i64,
     ) -> Result<ScheduleView> {
-        let last = self
-            .queues
-            .last_fire(&self.tenant, &schedule.queue, &schedule.name)
-            .await?;
+        let last =
+            enqueue::last_fire(&self.queues, &self.tenant, &schedule.queue, &schedule.name).await?;
         // The timer's own plan: after since and the last fire, and no older than the
         // catch-up window (a missed fire that is still to be caught up is next).
         let window = schedule.catch_up_window.as_millis() as i64;

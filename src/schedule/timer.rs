@@ -20,22 +20,24 @@
 
 use std::{
     collections::{BTreeSet, HashMap},
-    sync::{Arc, Mutex, OnceLock},
+    sync::{Arc, Mutex},
     time::Duration,
 };
 
 use tokio::{sync::Notify, task::JoinSet};
 
 use super::{
+    counters::FireCounters,
+    enqueue,
     model::{FireCall, FireOutcome, FireReply, Overlap, Schedule},
     record,
     store::fire_times,
     times::{fire_id, FireTimes},
-    Queues,
 };
 use crate::{
     error::Result,
     metrics::Metrics,
+    queue::QueueStore,
     redis::{events::EventSink, keys::Keys, Redis},
     shutdown::Shutdown,
     tenant::Tenant,
@@ -133,15 +135,17 @@ struct Job {
 /// The fire timer of this replica; an [`EventSink`] for `schedule-changed`.
 pub struct Timer {
     redis: Redis,
-    queues: Arc<dyn Queues>,
+    /// The queues its fires enqueue into.
+    queues: QueueStore,
     state: Mutex<State>,
     /// Kicked when there is something to reload.
     wake: Notify,
-    metrics: OnceLock<Metrics>,
+    /// Fires, their lateness and skipped fire times (registered with the metrics).
+    counters: Arc<FireCounters>,
 }
 
 impl Timer {
-    pub(super) fn new(redis: Redis, queues: Arc<dyn Queues>) -> Self {
+    pub(super) fn new(redis: Redis, queues: QueueStore) -> Self {
         Self {
             redis,
             queues,
@@ -150,13 +154,13 @@ impl Timer {
                 ..State::default()
             }),
             wake: Notify::new(),
-            metrics: OnceLock::new(),
+            counters: Arc::default(),
         }
     }
 
     /// Counts fires, their lateness and skipped fire times into `metrics`.
     pub fn register_metrics(&self, metrics: &Metrics) {
-        let _ = self.metrics.set(metrics.clone());
+        self.counters.register(metrics);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -237,7 +241,7 @@ impl Timer {
                 task: &item.schedule.task,
             })
             .collect();
-        self.queues.fire(&job.tenant, &job.queue, calls).await
+        enqueue::fire(&self.queues, &job.tenant, &job.queue, calls).await
     }
 
     /// Records what the fires of `job` did (sent and answered at the local instants
@@ -292,18 +296,16 @@ impl Timer {
             FireOutcome::Done => entry.handled = entry.handled.max(reply.handled_ms).max(item.at),
             FireOutcome::Fired | FireOutcome::Overlap => {
                 entry.handled = entry.handled.max(item.at);
-                if let Some(metrics) = self.metrics.get() {
-                    if reply.outcome == FireOutcome::Fired {
-                        metrics
-                            .fired(Duration::from_millis((reply.now_ms - item.at).max(0) as u64));
-                    } else {
-                        metrics.fires_skipped(true, 1);
-                    }
-                    let from = reply.handled_ms.max(entry.since);
-                    let missed = count_between(&entry.times, from, item.at);
-                    if missed > 0 {
-                        metrics.fires_skipped(false, missed);
-                    }
+                if reply.outcome == FireOutcome::Fired {
+                    self.counters
+                        .fired(Duration::from_millis((reply.now_ms - item.at).max(0) as u64));
+                } else {
+                    self.counters.skipped(true, 1);
+                }
+                let from = reply.handled_ms.max(entry.since);
+                let missed = count_between(&entry.times, from, item.at);
+                if missed > 0 {
+                    self.counters.skipped(false, missed);
                 }
             }
         }

@@ -5,8 +5,6 @@
 //! local head also wakes at the next holder's lease end. Whatever ends the wait, the
 //! call leaves the line before it answers.
 
-use std::time::Duration;
-
 use tokio::time::Instant;
 
 use super::{
@@ -17,8 +15,8 @@ use super::{
 };
 use crate::{
     error::{Error, Result},
-    lock::{Lease, Stop, Won},
-    time::{earliest, until_ms, within},
+    lock::{Lease, Stop, WaitTimer, Won},
+    time::within,
     token::new_token,
 };
 
@@ -113,21 +111,15 @@ impl SemaphoreStore {
         place: &mut Option<Place>,
     ) -> Result<SemaphoreAttempt> {
         let token = new_token();
-        let wait_until = Instant::now() + spec.wait;
         let will_wait = !spec.wait.is_zero();
+        let mut timer = WaitTimer::new(spec.wait);
         let mut permit = None;
-        // As in `LockStore::wait_for`: the lease end the local head's timer was last set
-        // for, and the backoff when the local clock runs ahead of Redis'.
-        let mut timed_for = None;
-        let mut early_backoff = Duration::from_millis(1);
-        let mut retry_backoff = Duration::from_millis(50);
         loop {
             let tried = self
                 .try_acquire(spec, &token, will_wait.then_some(ticket))
                 .await;
             let now = Instant::now();
-            let wait_over = !will_wait || now >= wait_until;
-            let mut failed = false;
+            let wait_over = !will_wait || timer.is_over(now);
             let next_ms = match tried {
                 Ok(Tried::Acquired(grant)) => {
                     let won = self.unclaimed(&spec.name, grant.lease);
@@ -140,18 +132,14 @@ impl SemaphoreStore {
                 Ok(Tried::Busy { in_use, limit, .. }) if wait_over => {
                     return Ok(SemaphoreAttempt::Busy { in_use, limit })
                 }
-                Ok(Tried::Busy { next_ms, .. }) => {
-                    retry_backoff = Duration::from_millis(50);
-                    next_ms
-                }
+                Ok(Tried::Busy { next_ms, .. }) => Ok(next_ms),
                 Err(err) if place.is_none() || wait_over => return Err(err),
                 Err(Error::FailedPrecondition { field, reason }) => {
                     return Err(Error::FailedPrecondition { field, reason })
                 }
                 Err(err) => {
                     tracing::debug!(semaphore = spec.name, cause = %err, "semaphore attempt failed while waiting");
-                    failed = true;
-                    None
+                    Err(())
                 }
             };
             if permit.is_none() {
@@ -161,34 +149,20 @@ impl SemaphoreStore {
                 self.line
                     .join(self.redis.keys.semaphore(&spec.name).sem(), ticket)
             });
-            let mut wake_at = now + LINE_RENEW;
-            if let Some(next_ms) = next_ms.filter(|_| place.is_local_head()) {
-                let mut sleep = until_ms(next_ms);
-                if timed_for == Some(next_ms) {
-                    sleep = sleep.max(early_backoff);
-                    early_backoff = (early_backoff * 2).min(Duration::from_millis(100));
-                } else {
-                    early_backoff = Duration::from_millis(1);
+            // The entry in the line is renewed every LINE_RENEW whatever else happens.
+            let look_at = match next_ms {
+                Ok(Some(next_ms)) => timer.held(now, next_ms, next_ms, place.is_local_head()),
+                Ok(None) => {
+                    timer.answered();
+                    None
                 }
-                timed_for = Some(next_ms);
-                wake_at = wake_at.min(now + sleep);
-            }
-            if failed {
-                wake_at = wake_at.min(now + retry_backoff);
-                retry_backoff = (retry_backoff * 2).min(Duration::from_secs(1));
-            }
-            // One timer, as a waiting lock's (`lock/acquire.rs`): at the wait's end one
-            // last look (permits may have come back as the wait ran out).
-            let wake_at = earliest(wake_at, [Some(wait_until), stop.deadline]);
-            tokio::select! {
-                () = place.woken() => {}
-                () = tokio::time::sleep_until(wake_at) => {
-                    if stop.deadline.is_some_and(|deadline| Instant::now() >= deadline) {
-                        return Err(Error::DeadlineExceeded);
-                    }
-                }
-                () = stop.cancel.cancelled() => return Err(stop.error(self.shutdown.is_triggered())),
-            }
+                Err(()) => Some(timer.failed(now)),
+            };
+            let renew_at = now + LINE_RENEW;
+            let look_at = Some(look_at.map_or(renew_at, |at| at.min(renew_at)));
+            timer
+                .sleep(place.woken(), look_at, stop, &self.shutdown)
+                .await?;
         }
     }
 }

@@ -24,9 +24,9 @@ const LAYERS: &[(&str, u8)] = &[
     // The domain.
     ("lock", 6),
     ("queue", 6),
-    ("schedule", 6),
-    // Built on the locks' leases and Hold engine.
+    // Built on the locks' leases and Hold engine; enqueues through the queue store.
     ("semaphore", 7),
+    ("schedule", 7),
     // The gRPC face, and the dashboard beside it; `pb` is its generated types
     // (`grpc/pb.rs`), re-exported at the top.
     ("grpc", 8),
@@ -161,4 +161,36 @@ fn the_import_reader_sees_paths_and_groups_but_not_comments() {
     );
     let found: Vec<String> = uses(&code).into_iter().collect();
     assert_eq!(found, ["error", "grpc", "redis", "time"]);
+}
+
+/// Only the gRPC face knows tonic and the protobuf types (the Rust client library is a
+/// gRPC client, and the generated `pb` lives in the face): the domain, the dashboard,
+/// the composition root and the foundations never import them.
+#[test]
+fn only_the_grpc_face_and_the_client_import_tonic_or_prost() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut offenders = Vec::new();
+    let mut stack = vec![src.clone()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("src") {
+            let path = entry.expect("entry").path();
+            let relative = path.strip_prefix(&src).expect("under src");
+            let top = relative.components().next().expect("a name");
+            let top = top.as_os_str().to_string_lossy();
+            if ["grpc", "client", "cli", "main.rs", "lib.rs"].contains(&top.as_ref()) {
+                continue;
+            }
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                let code = code_of(&std::fs::read_to_string(&path).expect("source"));
+                for name in ["tonic", "tonic_health", "prost", "prost_types"] {
+                    if code.contains(&format!("{name}::")) {
+                        offenders.push(format!("{} uses {name}", relative.display()));
+                    }
+                }
+            }
+        }
+    }
+    assert!(offenders.is_empty(), "{}", offenders.join("\n"));
 }

@@ -589,9 +589,7 @@ async fn more_leases_running_out_at_once_than_one_script_run_returns_all_come_ba
     for batch in 0..3 {
         let tasks = (batch * 1000..(batch * 1000 + 1000).min(2500))
             .map(|n| TaskSpec {
-                schedule: Some(Schedule::DueAt(turnstile::time::timestamp_from_ms(
-                    past + n,
-                ))),
+                schedule: Some(Schedule::DueAt(turnstile::timestamp_from_ms(past + n))),
                 ..spec(&format!("t{n:04}"), "x")
             })
             .collect();
@@ -650,9 +648,7 @@ async fn a_lease_whose_caller_left_gives_its_tasks_back_at_their_original_due_ti
     let mut queues = server.queues().await;
     let now = turnstile::time::now_ms();
     let due = |id: &str, ago_ms: i64| TaskSpec {
-        schedule: Some(Schedule::DueAt(turnstile::time::timestamp_from_ms(
-            now - ago_ms,
-        ))),
+        schedule: Some(Schedule::DueAt(turnstile::timestamp_from_ms(now - ago_ms))),
         ..spec(id, id)
     };
     enqueue(

@@ -12,9 +12,7 @@ pub fn ms(ms: i64) -> Option<prost_types::Duration> {
 
 /// Unix milliseconds of an optional timestamp.
 pub fn unix_ms(ts: &Option<prost_types::Timestamp>) -> i64 {
-    ts.as_ref()
-        .map(turnstile::time::ms_from_timestamp)
-        .unwrap_or(0)
+    ts.as_ref().map(turnstile::ms_from_timestamp).unwrap_or(0)
 }
 
 /// A request with a gRPC deadline.

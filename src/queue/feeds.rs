@@ -1,14 +1,16 @@
-//! The Subscribe scheduler: one feed per queue that has subscribers on this replica.
+//! This replica's Subscribe feeds: one per queue that has subscribers here.
 //! A feed runs one loop that leases READY tasks to all its streams with one `dispatch`
 //! script (round robin, free slots only), then sleeps until the next due time or lease
 //! end, or until woken: a queue-changed message (enqueue, nack, redrive, give-back), a
 //! slot-freed message carrying one of its streams' tags (an Ack or Nack on any
 //! replica), or a stream joining or ending. Never a fixed tick. Two runs outside the
 //! loop lease to its streams too, and tell it what they learned: an Enqueue that finds
-//! it asleep, and an Ack on this replica that frees slots of its full streams.
+//! it asleep, and an Ack on this replica that frees slots of its full streams; the
+//! queue's door (`door.rs`) decides those, asking [`Feeds::feed`] for the queue's feed.
 //!
 //! Each feed's streams and one pass of its loop are in `feed.rs`; this file keeps which
-//! feeds exist, starts and retires them, and routes wake-ups to them.
+//! feeds exist, starts and retires them, and routes wake-ups to them. It holds no store:
+//! each feed runs its passes with the store of the stream that started it.
 //!
 //! It keeps nothing another replica needs: which stream holds which delivery lives in
 //! Redis (the `leased` index), so a stream's free slots are counted there, and a worker
@@ -29,17 +31,13 @@ use tracing::Instrument;
 use super::{
     feed::{locked, Ended, Feed, Member, Members, Next},
     subscribe::{LeaveOnDrop, SubscribeSpec, Subscription},
-    Enqueued, NewTask, QueueStore, Schedule, StreamSlots,
+    QueueStore, StreamSlots,
 };
 use crate::{
     error::{Error, Result},
     limits::Limits,
-    redis::{
-        events::{EventSink, Route},
-        TenantScoped,
-    },
+    redis::events::EventSink,
     shutdown::Shutdown,
-    tenant::Tenant,
     time::precisely_until_some,
     token::new_token,
 };
@@ -49,8 +47,7 @@ const RETRY_FIRST: Duration = Duration::from_millis(50);
 const RETRY_MAX: Duration = Duration::from_secs(1);
 
 /// Every Subscribe stream of this replica, grouped by queue. Shared (`Arc`).
-pub struct Scheduler {
-    store: QueueStore,
+pub(super) struct Feeds {
     limits: Limits,
     shutdown: Shutdown,
     /// `--reattach-grace`.
@@ -71,18 +68,15 @@ struct Registry {
     tags: HashMap<(String, String), Vec<Arc<Feed>>>,
 }
 
-impl Scheduler {
-    /// The scheduler of this replica's Subscribe streams.
-    pub fn new(
-        store: QueueStore,
+impl Feeds {
+    /// The feeds of this replica's Subscribe streams (none yet).
+    pub(super) fn new(
         limits: Limits,
         shutdown: Shutdown,
         reattach_grace: Duration,
         replica: String,
     ) -> Arc<Self> {
-        store.keep_replica_alive(replica.clone(), &shutdown);
         Arc::new(Self {
-            store,
             limits,
             shutdown,
             reattach_grace,
@@ -91,21 +85,17 @@ impl Scheduler {
         })
     }
 
-    /// The pub/sub channel of freed slots, and this scheduler as its sink.
-    pub fn event_route(self: &Arc<Self>) -> Route {
-        self.store.slot_freed_route(self.clone())
-    }
-
-    /// Opens a stream on `tenant`'s `queue`: RESOURCE_EXHAUSTED past `--max-streams`,
-    /// UNAVAILABLE while shutting down.
-    pub fn subscribe(
+    /// Opens a stream on `store`'s `queue` (`store` scoped to the caller's tenant, with
+    /// no feeds of its own): RESOURCE_EXHAUSTED past `--max-streams`, UNAVAILABLE while
+    /// shutting down.
+    pub(super) fn subscribe(
         self: &Arc<Self>,
-        tenant: &Tenant,
+        store: QueueStore,
         queue: &str,
         spec: SubscribeSpec,
     ) -> Result<Subscription> {
-        let store = self.store.tenant(tenant);
         let key = store.keys(queue).pending().to_owned();
+        let pushes = store.pushes.clone();
         let permit = self.limits.open_stream()?;
         let session = new_token();
         let (tag, worker) = match &spec.worker_id {
@@ -168,110 +158,21 @@ impl Scheduler {
         feed.wake.notify_one();
         // Dropping the stream (client gone, stream ended) leaves the feed, which then
         // gives its deliveries back, or keeps them for a re-attach.
-        let scheduler = self.clone();
+        let feeds = self.clone();
         let leave = LeaveOnDrop::new(move || {
-            scheduler.leave(&feed, id);
-            scheduler.shutdown.spawn(async move {
+            feeds.leave(&feed, id);
+            feeds.shutdown.spawn(async move {
                 if let Ok((listed, session)) = registered.await {
                     let _ = listed.unregister_stream(&session).await;
                 }
             });
         });
-        Ok(Subscription::new(rx, leave, permit))
+        Ok(Subscription::new(rx, leave, permit, pushes))
     }
 
-    /// Enqueues `tasks` into `store`'s `queue`. When some are due now and this
-    /// replica's feed for the queue has been asleep for [`super::feed::QUIET`] with
-    /// streams that may have a free slot, the same script run leases them to those
-    /// streams (`enqueue_and_dispatch.lua`): the push skips the pub/sub hop and the
-    /// dispatch's round trip. Any other enqueue is left to the feeds, which its
-    /// queue-changed message wakes, so a busy queue's pass still leases many enqueues'
-    /// tasks at once. The run and the hand-over to the streams go on without the
-    /// caller, so a caller who leaves strands no delivery until its lease ends.
-    pub async fn enqueue(
-        &self,
-        store: QueueStore,
-        queue: &str,
-        tasks: Vec<NewTask>,
-    ) -> Result<Vec<Enqueued>> {
-        let due_now = tasks.iter().any(|t| match t.schedule {
-            Schedule::Now => true,
-            Schedule::Delay(delay) => delay.is_zero(),
-            Schedule::At(_) => false,
-        });
-        let keys = store.keys(queue);
-        let feed = due_now
-            .then(|| locked(&self.registry).feeds.get(keys.pending()).cloned())
-            .flatten();
-        let Some((feed, (eligible, slots))) =
-            feed.and_then(|feed| feed.idle_streams().map(|asked| (feed, asked)))
-        else {
-            return store.enqueue_keyed(queue, &keys, &tasks).await;
-        };
-        let queue = queue.to_owned();
-        self.shutdown
-            .detached(move |_| async move {
-                let (enqueued, dispatched) = store
-                    .enqueue_and_dispatch(&queue, &keys, &tasks, &slots)
-                    .await?;
-                if let Some(dispatched) = dispatched {
-                    store.pushed_in_enqueue(dispatched.tasks.len());
-                    // The tasks are stored either way, so a failure to give back a
-                    // left stream's tasks is not the enqueue's.
-                    feed.hand_over(&store, &queue, &eligible, &slots, dispatched)
-                        .await;
-                }
-                Ok(enqueued)
-            })
-            .await
-    }
-
-    /// Acks `receipts` of `store`'s `queue`, batched with concurrent Acks of the queue
-    /// (`queue/acks.rs`). When this replica's feed for the queue holds the streams
-    /// whose slots a batch frees, the same script run leases those streams their next
-    /// tasks (`ack_and_dispatch.lua`): a task waiting for a slot skips the pub/sub hop
-    /// and the dispatch's round trip, and a busy queue's refills ride on its ack runs.
-    pub async fn ack(
-        self: &Arc<Self>,
-        store: QueueStore,
-        queue: &str,
-        receipts: &[String],
-    ) -> Result<Vec<bool>> {
-        let scheduler = self.clone();
-        let (batches, name) = (store.clone(), queue.to_owned());
-        store
-            .ack_by(queue, receipts, move |receipts| {
-                let (scheduler, store, name) = (scheduler.clone(), batches.clone(), name.clone());
-                async move { scheduler.ack_run(store, &name, receipts).await }
-            })
-            .await
-    }
-
-    /// One batch of [`Scheduler::ack`].
-    async fn ack_run(
-        &self,
-        store: QueueStore,
-        queue: &str,
-        receipts: Vec<String>,
-    ) -> Result<Vec<bool>> {
-        let keys = store.keys(queue);
-        let feed = locked(&self.registry).feeds.get(keys.pending()).cloned();
-        let Some((feed, (asked, slots))) =
-            feed.and_then(|feed| feed.full_streams().map(|asked| (feed, asked)))
-        else {
-            return store.ack_script(&keys, &receipts).await;
-        };
-        let (acked, dispatched) = store.ack_and_dispatch(&keys, &receipts, &slots).await?;
-        if let Some((chosen, dispatched)) = dispatched {
-            store.pushed_in_ack(dispatched.tasks.len());
-            let asked: Vec<(u64, u64)> = chosen.iter().map(|&at| asked[at]).collect();
-            let slots: Vec<StreamSlots> = chosen.iter().map(|&at| slots[at].clone()).collect();
-            // The receipts are acked either way: a failure to give back a left stream's
-            // tasks is not the Ack's.
-            feed.hand_over(&store, queue, &asked, &slots, dispatched)
-                .await;
-        }
-        Ok(acked)
+    /// The feed of the queue whose pending key is `key`, when it has streams here.
+    pub(super) fn feed(&self, key: &str) -> Option<Arc<Feed>> {
+        locked(&self.registry).feeds.get(key).cloned()
     }
 
     fn start_feed(self: &Arc<Self>, store: QueueStore, key: &str, queue: &str) -> Arc<Feed> {
@@ -404,7 +305,7 @@ impl Scheduler {
     }
 }
 
-impl EventSink for Scheduler {
+impl EventSink for Feeds {
     fn on_message(&self, channel: &str, payload: &[u8]) {
         let Ok(message) = std::str::from_utf8(payload) else {
             return;
