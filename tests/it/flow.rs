@@ -530,6 +530,117 @@ async fn a_serial_group_goes_on_at_once_when_its_waiting_head_is_cancelled_or_mo
     Ok(())
 }
 
+// Each way a serial group's head can leave its place that the cancel and replace test
+// above does not cover (issue 43's audit): its last failure (DEAD by `give_up`, and by
+// running out of attempts), a REPLACE that makes it due now in its own group, a lease
+// that runs out, a closed stream, a worker that does not come back within the re-attach
+// grace, and a redrive of the DEAD head. Each time the group's next task (or the head
+// itself, where it is next) goes at once, never when an hour's delay or a minute's
+// lease would have run out.
+on_each_store!(a_serial_group_goes_on_at_once_whichever_way_its_head_leaves);
+async fn a_serial_group_goes_on_at_once_whichever_way_its_head_leaves(
+    redis: TestStore,
+) -> TestResult {
+    let server = TestServer::start_with(&redis, |config| {
+        config.reattach_grace = Duration::from_millis(300);
+    })
+    .await;
+    let mut queues = server.queues().await;
+    for way in [
+        "give-up",
+        "last-attempt",
+        "replace-now",
+        "lease-ends",
+        "stream-closed",
+        "grace-ends",
+        "redrive",
+    ] {
+        let queue = way;
+        configure(
+            &mut queues,
+            ConfigureQueueRequest {
+                queue: queue.into(),
+                group_max_in_flight: Some(1),
+                ..Default::default()
+            },
+        )
+        .await?;
+        let mut a1 = task("a1", "a", 0);
+        if way == "last-attempt" {
+            a1.max_attempts = 1;
+        }
+        enqueue(&mut queues, queue, vec![a1, task("a2", "a", 0)]).await?;
+        // One stream with one slot: what it is given next is what the group let go.
+        let mut stream = queues
+            .subscribe(SubscribeRequest {
+                queue: queue.into(),
+                max_in_flight: 1,
+                visibility: ms(if way == "lease-ends" { 300 } else { 60_000 }),
+                worker_id: if way == "grace-ends" { "w1" } else { "" }.into(),
+            })
+            .await?
+            .into_inner();
+        let head = next_task(&mut stream, common::WAIT).await.expect("a1");
+        assert_eq!(head.id, "a1", "{way}");
+        let nack = |give_up: bool, delay: i64| NackRequest {
+            queue: queue.into(),
+            receipt: head.receipt.clone(),
+            give_up,
+            delay: ms(delay),
+            ..Default::default()
+        };
+        let expected = match way {
+            "give-up" => {
+                queues.nack(nack(true, 0)).await?;
+                "a2"
+            }
+            "last-attempt" => {
+                queues.nack(nack(false, 0)).await?;
+                "a2"
+            }
+            "replace-now" => {
+                // Held back by an hour's Nack delay, then replaced due now: due now,
+                // later than a2's due time, so a2 leads the group (earliest due first).
+                queues.nack(nack(false, 3_600_000)).await?;
+                let mut now = task("a1", "a", 0);
+                now.on_duplicate = turnstile::pb::DuplicatePolicy::Replace as i32;
+                enqueue(&mut queues, queue, vec![now]).await?;
+                "a2"
+            }
+            "lease-ends" => "a1",
+            "stream-closed" | "grace-ends" => {
+                drop(stream);
+                stream = subscribe(&mut queues, queue, 1).await?;
+                "a1"
+            }
+            _ => {
+                queues.nack(nack(true, 0)).await?;
+                let a2 = next_task(&mut stream, common::WAIT)
+                    .await
+                    .expect("a2 once a1 is DEAD");
+                assert_eq!(a2.id, "a2", "{way}");
+                queues
+                    .ack(AckRequest {
+                        queue: queue.into(),
+                        receipts: vec![a2.receipt],
+                        ..Default::default()
+                    })
+                    .await?;
+                queues
+                    .redrive(turnstile::pb::RedriveRequest {
+                        queue: queue.into(),
+                        ids: vec!["a1".into()],
+                    })
+                    .await?;
+                "a1"
+            }
+        };
+        let next = next_task(&mut stream, common::WAIT).await;
+        assert_eq!(next.map(|t| t.id), Some(expected.to_owned()), "{way}");
+    }
+    Ok(())
+}
+
 on_each_store!(a_rate_limit_bounds_every_window_of_starts);
 async fn a_rate_limit_bounds_every_window_of_starts(redis: TestStore) -> TestResult {
     let (one, two) = (
