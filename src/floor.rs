@@ -27,6 +27,33 @@ const LEASE: Duration = Duration::from_secs(30);
 /// no-op transport floor accepts connections exactly as the server does.
 pub use crate::grpc::connections::incoming;
 
+/// Every script the server runs, as `(SHA1, "area/file.lua")`: how a reader of Redis'
+/// `SLOWLOG` (whose entries name a script by its SHA1) names what held Redis.
+pub fn script_names() -> Vec<(String, String)> {
+    let (locks, queues, schedules, semaphores) = (
+        crate::lock::LockScripts::new(),
+        crate::queue::QueueScripts::new(),
+        crate::schedule::ScheduleScripts::new(),
+        crate::semaphore::SemaphoreScripts::new(),
+    );
+    let named = |area: &str, scripts: &[&crate::redis::Script]| -> Vec<(String, String)> {
+        scripts
+            .iter()
+            .map(|script| {
+                let name = format!("{area}/{}", script.source.name);
+                (script.inner.get_hash().to_owned(), name)
+            })
+            .collect()
+    };
+    [
+        named("lock", &locks.all()),
+        named("queue", &queues.all()),
+        named("schedule", &schedules.all()),
+        named("semaphore", &semaphores.all()),
+    ]
+    .concat()
+}
+
 /// The stores on one Redis (or Cluster), under the server's default key prefix.
 #[derive(Clone)]
 pub struct Floor {

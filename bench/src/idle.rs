@@ -15,7 +15,6 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 
 use super::{
-    failed,
     redis_cost::Usage,
     report::{Extra, Report},
     ride_out,
@@ -91,16 +90,18 @@ pub(super) async fn hold_stream(
     stop: &CancellationToken,
     tasks: &mut JoinSet<()>,
 ) -> Result<(), String> {
-    let mut stream = QueueServiceClient::new(channel)
-        .subscribe(SubscribeRequest {
-            queue,
-            max_in_flight,
-            visibility: None,
-            worker_id: String::new(),
-        })
-        .await
-        .map_err(failed)?
-        .into_inner();
+    let queues = QueueServiceClient::new(channel);
+    let request = SubscribeRequest {
+        queue,
+        max_in_flight,
+        visibility: None,
+        worker_id: String::new(),
+    };
+    let mut stream = ride_out(|| {
+        let (mut queues, request) = (queues.clone(), request.clone());
+        async move { queues.subscribe(request).await }
+    })
+    .await?;
     let stop = stop.clone();
     tasks.spawn(async move {
         loop {
@@ -122,21 +123,25 @@ pub async fn idle(target: &Target) -> Result<Report, String> {
     // A name of its own: under --against the runs share one Redis, and the lock of the
     // run before may still be held by a waiter whose call was just dropped.
     let name = format!("bench:idle:{}", new_token());
-    let mut locks = LockServiceClient::new(channels[0].clone());
-    let held = locks
-        .acquire(AcquireRequest {
-            name: name.clone(),
-            owner: "bench-holder".into(),
-            ttl: Some(prost_types::Duration {
-                seconds: 60,
-                nanos: 0,
-            }),
-            wait: None,
-            request_id: String::new(),
-        })
-        .await
-        .map_err(failed)?
-        .into_inner();
+    let locks = LockServiceClient::new(channels[0].clone());
+    // Ridden out like every call outside the timed part: on a loaded machine the
+    // server's Redis call may pass its 2 s `--redis-timeout` (UNAVAILABLE), and a
+    // slow moment must cost a figure, not the run. The request id makes the retry safe.
+    let acquire = AcquireRequest {
+        name: name.clone(),
+        owner: "bench-holder".into(),
+        ttl: Some(prost_types::Duration {
+            seconds: 60,
+            nanos: 0,
+        }),
+        wait: None,
+        request_id: new_token(),
+    };
+    let held = ride_out(|| {
+        let (mut locks, acquire) = (locks.clone(), acquire.clone());
+        async move { locks.acquire(acquire).await }
+    })
+    .await?;
     if !held.acquired {
         return Err(format!("idle: the lock {name} was not free"));
     }

@@ -13,6 +13,7 @@ mod compare;
 mod dashboard;
 mod groups;
 mod idle;
+mod limits;
 mod locks;
 mod noop;
 mod queues;
@@ -110,6 +111,10 @@ pub enum Scenario {
     /// The Rust client library's no-op worker against a raw Subscribe loop, 20,000
     /// tasks each at concurrency 8, two rounds.
     Worker,
+    /// How long one script holds Redis at sizes a big deployment reaches (a million
+    /// tasks, 100,000 groups, windows and DEAD tasks, 10,000 schedules and locks of one
+    /// owner), from Redis' slow log. Not in the default set: filling takes minutes.
+    Limits,
     /// `lock` and a queue run over 6 queues on one Redis and on a 3-primary Redis
     /// Cluster, each under 1 and 3 server replicas, and on a Redis with a replica
     /// under --redis-wait-replicas 1: started here whatever --server says.
@@ -153,6 +158,9 @@ pub struct BenchArgs {
     /// binary, where cargo builds both).
     #[arg(long, env = "TURNSTILE_BIN", value_name = "PATH")]
     pub turnstile: Option<PathBuf>,
+    /// `limits` at this fraction of its sizes (the smoke test runs a hundredth).
+    #[arg(long, default_value_t = 1.0, hide = true)]
+    pub limits_fraction: f64,
     /// Serve the no-op gRPC lock server (the transport floor) instead: how the bench
     /// starts its own child.
     #[arg(long, hide = true)]
@@ -210,7 +218,11 @@ fn server_binary(args: &BenchArgs) -> Result<PathBuf, String> {
 async fn run(args: BenchArgs) -> Result<(), String> {
     let bin = server_binary(&args)?;
     let scenarios = if args.scenarios.is_empty() {
-        Scenario::value_variants().to_vec()
+        Scenario::value_variants()
+            .iter()
+            .copied()
+            .filter(|scenario| *scenario != Scenario::Limits)
+            .collect()
     } else {
         args.scenarios.clone()
     };
@@ -366,6 +378,7 @@ async fn one_scenario(
             Scenario::Idle => vec![idle::idle(target).await?],
             Scenario::Schedules => vec![schedules::schedules(target).await?],
             Scenario::Worker => vec![worker::worker(target).await?],
+            Scenario::Limits => vec![limits::limits(target, args.limits_fraction).await?],
             Scenario::Scale => scale::scale(target.bin(), args.concurrency, args.duration).await?,
         }
     })

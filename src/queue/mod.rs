@@ -81,6 +81,12 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 25;
 pub const DEFAULT_VISIBILITY: Duration = Duration::from_secs(30);
 /// Longest lease, delay or dedupe window we accept (a sanity bound).
 pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+/// The most deliveries one script run of a flow-mode queue makes (`RUN_DELIVERIES`
+/// in `lua/include/pick.lua`, its cost bound); a `Lease` runs again to fill its batch.
+pub(crate) const RUN_DELIVERIES: usize = 40;
+/// The most plain deliveries (no flow mode) one script run makes
+/// (`PLAIN_RUN_DELIVERIES` in `lua/include/within_budget.lua`).
+pub(crate) const PLAIN_RUN_DELIVERIES: usize = 200;
 /// Payload bytes per `Lease`/`Peek` reply: under gRPC's default 4 MiB receive limit
 /// with room for the other fields.
 pub const REPLY_BUDGET_BYTES: usize = 4 * 1024 * 1024 - 64 * 1024;
@@ -259,5 +265,21 @@ impl DepthSource for QueueStore {
                 outcomes: std::array::from_fn(|n| (Outcome::ALL[n].name(), stats.outcomes[n])),
             })
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_run_bound_is_the_same_in_rust_and_in_lua() {
+        let pick = include_str!("lua/include/pick.lua");
+        let line = format!("local RUN_DELIVERIES = {}\n", super::RUN_DELIVERIES);
+        assert!(pick.contains(&line), "pick.lua lacks {line:?}");
+        let plain = include_str!("lua/include/within_budget.lua");
+        let line = format!(
+            "local PLAIN_RUN_DELIVERIES = {}\n",
+            super::PLAIN_RUN_DELIVERIES
+        );
+        assert!(plain.contains(&line), "within_budget.lua lacks {line:?}");
     }
 }

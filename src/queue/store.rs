@@ -14,7 +14,7 @@ use super::{
     },
     replies,
     scripts::call,
-    QueueStore, REPLY_BUDGET_BYTES,
+    QueueStore, MAX_PAYLOAD_BYTES, PLAIN_RUN_DELIVERIES, REPLY_BUDGET_BYTES, RUN_DELIVERIES,
 };
 
 /// The most DEAD tasks one `redrive.lua` run moves (about 2 ms of Redis time).
@@ -150,11 +150,58 @@ impl QueueStore {
     /// One attempt to take READY tasks (no waiting, no give-back: see `lease`).
     pub(super) async fn lease_once(&self, queue: &str, spec: &LeaseSpec) -> Result<Leased> {
         let keys = self.keys(queue);
-        let mut call = call(&self.scripts.lease, &keys);
-        call.arg(spec.max_tasks)
+        let mut leased = self
+            .lease_run(&keys, spec, spec.max_tasks, REPLY_BUDGET_BYTES)
+            .await?;
+        // A run delivers at most RUN_DELIVERIES in flow mode (`pick.lua`) and
+        // PLAIN_RUN_DELIVERIES otherwise (`within_budget.lua`): their cost bounds. More
+        // runs fill the batch while the last one was full and the reply has room for a
+        // task of any size (a plain run that stopped at 40 for want of tasks costs one
+        // empty run more). A later run's failure leaves the batch as it is: what is
+        // leased is delivered.
+        let mut last = leased.tasks.len();
+        let mut bytes: usize = leased.tasks.iter().map(|t| t.payload.len()).sum();
+        while [RUN_DELIVERIES, PLAIN_RUN_DELIVERIES].contains(&last)
+            && leased.tasks.len() < spec.max_tasks as usize
+            && bytes + MAX_PAYLOAD_BYTES <= REPLY_BUDGET_BYTES
+        {
+            let wanted = spec.max_tasks - leased.tasks.len() as u32;
+            let more = match self
+                .lease_run(&keys, spec, wanted, REPLY_BUDGET_BYTES - bytes)
+                .await
+            {
+                Ok(more) => more,
+                Err(err) => {
+                    tracing::debug!(queue, cause = %err, "a lease's next run failed; answering what it has");
+                    break;
+                }
+            };
+            last = more.tasks.len();
+            bytes += more.tasks.iter().map(|t| t.payload.len()).sum::<usize>();
+            leased.tasks.extend(more.tasks);
+            leased.next_due_ms = more.next_due_ms;
+            for limit in more.held_back {
+                if !leased.held_back.contains(&limit) {
+                    leased.held_back.push(limit);
+                }
+            }
+        }
+        Ok(leased)
+    }
+
+    /// One run of `lease.lua`: up to `max_tasks` tasks whose payloads fit `budget`.
+    async fn lease_run(
+        &self,
+        keys: &QueueKeys,
+        spec: &LeaseSpec,
+        max_tasks: u32,
+        budget: usize,
+    ) -> Result<Leased> {
+        let mut call = call(&self.scripts.lease, keys);
+        call.arg(max_tasks)
             .arg(spec.visibility.as_millis() as u64)
             .arg(if spec.auto_ack { "1" } else { "0" })
-            .arg(REPLY_BUDGET_BYTES)
+            .arg(budget)
             .arg(new_token());
         let reply: Vec<redis::Value> = self.invoke_reclaiming(&call).await?;
         replies::leased(&reply)

@@ -48,8 +48,10 @@ use crate::{
 const MAX_FIRING: usize = 64;
 /// The most fires in one run (one script call into one queue), and their most
 /// payload bytes: the fires due at one instant into one queue go together, so 10,000
-/// schedules firing each second into a few queues cost a few script runs a second.
-const MAX_BATCH: usize = 500;
+/// schedules firing each second into a few queues cost a few dozen script runs a
+/// second. 200, not more: a fire is about 20 us of Redis, and 500 in one run held
+/// Redis 10 ms (`bench limits`).
+const MAX_BATCH: usize = 200;
 const MAX_BATCH_BYTES: usize = 2 * 1024 * 1024;
 /// The most due schedules taken from the queue at once.
 const MAX_TAKE: usize = 5_000;

@@ -641,6 +641,39 @@ async fn a_serial_group_goes_on_at_once_whichever_way_its_head_leaves(
     Ok(())
 }
 
+// A script run of a flow-mode queue delivers a bounded number of tasks (its cost: a
+// grouped delivery is a group turn), and a Lease runs again to fill its batch: one
+// Lease of 150 over 150 groups answers all 150, in the rotation's order, each once.
+on_each_store!(a_lease_over_many_groups_fills_its_batch_over_bounded_runs);
+async fn a_lease_over_many_groups_fills_its_batch_over_bounded_runs(
+    redis: TestStore,
+) -> TestResult {
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    configure(
+        &mut queues,
+        ConfigureQueueRequest {
+            queue: "q".into(),
+            group_max_in_flight: Some(1),
+            ..Default::default()
+        },
+    )
+    .await?;
+    let tasks: Vec<TaskSpec> = (0..150)
+        .map(|n| task(&format!("t{n}"), &format!("g{n}"), 0))
+        .collect();
+    enqueue(&mut queues, "q", tasks).await?;
+    let leased = lease(&mut queues, "q", 150).await?;
+    let mut got: Vec<&str> = ids(&leased);
+    assert_eq!(got.len(), 150);
+    got.sort_unstable();
+    got.dedup();
+    assert_eq!(got.len(), 150, "a task twice");
+    // Each group's cap is full: nothing more goes.
+    assert!(lease(&mut queues, "q", 10).await?.is_empty());
+    Ok(())
+}
+
 on_each_store!(a_rate_limit_bounds_every_window_of_starts);
 async fn a_rate_limit_bounds_every_window_of_starts(redis: TestStore) -> TestResult {
     let (one, two) = (

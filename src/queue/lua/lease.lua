@@ -48,7 +48,8 @@ if flow.on then
   bodies, failures, progresses = hmget(payloads, ids), hmget(errors, ids),
     hmget(progress, ids)
 else
-  due = redis.call('ZRANGEBYSCORE', pending, '-inf', now, 'LIMIT', 0, max_tasks)
+  due = redis.call('ZRANGEBYSCORE', pending, '-inf', now, 'LIMIT', 0,
+    math.min(max_tasks, PLAIN_RUN_DELIVERIES))
   ids, raws, bodies, failures, progresses = within_budget(due, budget)
 end
 local out, writes, leases, ends = {0, held_back or ''}, {}, {}, ending()

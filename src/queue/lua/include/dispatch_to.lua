@@ -46,7 +46,8 @@ local function dispatch_to(now, now_us, receipt_prefix, budget, args, first, las
     end
   else
     if free_total > 0 then
-      due = redis.call('ZRANGEBYSCORE', pending, '-inf', now, 'LIMIT', 0, free_total)
+      due = redis.call('ZRANGEBYSCORE', pending, '-inf', now, 'LIMIT', 0,
+        math.min(free_total, PLAIN_RUN_DELIVERIES))
     end
     ids, raws, bodies, failures, progresses = within_budget(due, budget)
   end

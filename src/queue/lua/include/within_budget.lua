@@ -7,6 +7,13 @@
 --- @include "meta"
 --- @include "member"
 --- @include "bulk"
+
+-- The most plain deliveries (no flow mode) one run makes, by their cost: about 20 us
+-- of Redis each, so a run stays within about 5 ms (a Lease of 1,000 held Redis 21 ms
+-- in one run). The callers look again at once: a Lease runs again to fill its batch,
+-- and a feed's next pass is due now while due tasks remain.
+local PLAIN_RUN_DELIVERIES = 200
+
 local function within_budget(members, budget)
   local ids = {}
   for n, entry in ipairs(members) do

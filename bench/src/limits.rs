@@ -1,0 +1,568 @@
+//! `limits`: how long any one script holds Redis at sizes a big deployment reaches. It
+//! fills a million READY tasks, 100,000 groups of one task each, 100,000 dedupe windows
+//! that end together, 10,000 schedules every second, 10,000 locks of one owner and
+//! 100,000 DEAD tasks, then works each the way clients and the dashboard do (leases of
+//! 1,000, a Subscribe drain, peeks and pages, stats, redrive and cancel of everything
+//! DEAD, ReleaseAll, the schedules' fires), with Redis' slow log recording every
+//! command over 1 ms. It reports each script's longest run (`SLOWLOG`, named by
+//! SHA1 through `turnstile::floor::script_names`); goal: none above 5 ms.
+
+use std::{
+    collections::HashMap,
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+use tokio::task::JoinSet;
+use tokio_stream::StreamExt;
+use tonic::transport::Channel;
+use turnstile::pb::{
+    lock_service_client::LockServiceClient, queue_service_client::QueueServiceClient, schedule,
+    schedule_service_client::ScheduleServiceClient, subscribe_response::Event, AckRequest,
+    AcquireRequest, CancelRequest, EnqueueRequest, LeaseRequest, ListTasksRequest, PeekRequest,
+    PutScheduleRequest, RedriveRequest, ReleaseAllRequest, Schedule, ScheduledTask, StatsRequest,
+    SubscribeRequest, TaskSpec, TaskState,
+};
+
+use super::{
+    failed,
+    report::{Extra, Report},
+    ride_out,
+    sample::Latency,
+    target::Target,
+};
+
+/// The slow log's threshold: every command over this is recorded.
+const SLOWER_THAN_US: u64 = 1000;
+/// Enqueue calls at once while filling.
+const FILLERS: usize = 8;
+/// Tasks per Enqueue while filling.
+const BATCH: usize = 1000;
+
+/// The sizes, scaled by `fraction` (1.0 for the real run; the smoke test runs a
+/// hundredth).
+struct Sizes {
+    tasks: usize,
+    groups: usize,
+    windows: usize,
+    schedules: usize,
+    locks: usize,
+    dead: usize,
+}
+
+impl Sizes {
+    fn scaled(fraction: f64) -> Self {
+        let of = |n: f64| ((n * fraction) as usize).max(10);
+        Self {
+            tasks: of(1_000_000.0),
+            groups: of(100_000.0),
+            windows: of(100_000.0),
+            schedules: of(10_000.0),
+            locks: of(10_000.0),
+            dead: of(100_000.0),
+        }
+    }
+}
+
+/// Runs the scenario on the target's Redis (it needs to read its slow log).
+pub async fn limits(target: &Target, fraction: f64) -> Result<Report, String> {
+    let url = target
+        .redis_url
+        .clone()
+        .ok_or("limits reads Redis' slow log: it needs the Redis")?;
+    let sizes = Sizes::scaled(fraction);
+    let channels = target.server_channels(FILLERS).await?;
+    let mut slowlog = SlowLog::open(&url).await?;
+
+    // Filled first (filling is not what is measured: its runs are bounded already).
+    eprintln!("limits: filling");
+    fill(&channels, "limits:tasks", sizes.tasks, plain).await?;
+    fill(&channels, "limits:groups", sizes.groups, |n| TaskSpec {
+        group: format!("g{n}"),
+        ..plain(n)
+    })
+    .await?;
+    fill(&channels, "limits:windows", sizes.windows, |n| TaskSpec {
+        dedupe_window: Some(prost_types::Duration {
+            seconds: 2,
+            nanos: 0,
+        }),
+        ..plain(n)
+    })
+    .await?;
+    fill(&channels, "limits:dead", sizes.dead, |n| TaskSpec {
+        max_attempts: 1,
+        ..plain(n)
+    })
+    .await?;
+    slowlog.reset().await?;
+
+    let mut queues = QueueServiceClient::new(channels[0].clone());
+    eprintln!("limits: leases of 1,000");
+    for queue in ["limits:tasks", "limits:groups"] {
+        for _ in 0..(20.0 * fraction).ceil() as usize {
+            ride_out(|| {
+                let (mut client, request) = (queues.clone(), lease(queue, 1000, 60_000, false));
+                async move { client.lease(request).await }
+            })
+            .await?;
+        }
+    }
+    eprintln!("limits: a Subscribe drain of each");
+    for queue in ["limits:tasks", "limits:groups"] {
+        drain(channels[1].clone(), queue, (20_000.0 * fraction) as usize).await?;
+    }
+    eprintln!("limits: peeks, pages and stats");
+    for queue in ["limits:tasks", "limits:groups", "limits:dead"] {
+        for state in [TaskState::Ready, TaskState::InFlight, TaskState::Dead] {
+            ride_out(|| {
+                let (mut client, request) = (
+                    queues.clone(),
+                    PeekRequest {
+                        queue: queue.into(),
+                        state: state as i32,
+                        limit: 1000,
+                        ..Default::default()
+                    },
+                );
+                async move { client.peek(request).await }
+            })
+            .await?;
+            ride_out(|| {
+                let (mut client, request) = (
+                    queues.clone(),
+                    ListTasksRequest {
+                        queue: queue.into(),
+                        state: state as i32,
+                        page_size: 1000,
+                        ..Default::default()
+                    },
+                );
+                async move { client.list_tasks(request).await }
+            })
+            .await?;
+        }
+        ride_out(|| {
+            let (mut client, request) = (
+                queues.clone(),
+                StatsRequest {
+                    queue: queue.into(),
+                },
+            );
+            async move { client.stats(request).await }
+        })
+        .await?;
+    }
+    eprintln!("limits: dedupe windows ending together");
+    // Every task of the windows' queue acked as it is leased (auto_ack): each window
+    // starts then, and all end 2 s later.
+    loop {
+        let taken = ride_out(|| {
+            let (mut client, request) =
+                (queues.clone(), lease("limits:windows", 1000, 60_000, true));
+            async move { client.lease(request).await }
+        })
+        .await?
+        .tasks
+        .len();
+        if taken == 0 {
+            break;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    for n in 0..100 {
+        let spec = TaskSpec {
+            id: format!("after-{n}"),
+            ..plain(n)
+        };
+        ride_out(|| {
+            let (mut client, request) = (
+                queues.clone(),
+                EnqueueRequest {
+                    queue: "limits:windows".into(),
+                    tasks: vec![spec.clone()],
+                    ..Default::default()
+                },
+            );
+            async move { client.enqueue(request).await }
+        })
+        .await?;
+    }
+    eprintln!("limits: DEAD tasks: made, paged, redriven, cancelled");
+    // Leased with a 1 ms lease and one attempt: the expiry passes make them DEAD.
+    loop {
+        let taken = ride_out(|| {
+            let (mut client, request) = (queues.clone(), lease("limits:dead", 1000, 1, false));
+            async move { client.lease(request).await }
+        })
+        .await?
+        .tasks
+        .len();
+        if taken == 0 {
+            break;
+        }
+    }
+    wait_dead(&mut queues, sizes.dead).await?;
+    ride_out(|| {
+        let (mut client, request) = (
+            queues.clone(),
+            ListTasksRequest {
+                queue: "limits:dead".into(),
+                state: TaskState::Dead as i32,
+                page_size: 1000,
+                ..Default::default()
+            },
+        );
+        async move { client.list_tasks(request).await }
+    })
+    .await?;
+    ride_out(|| {
+        let (mut client, request) = (
+            queues.clone(),
+            RedriveRequest {
+                queue: "limits:dead".into(),
+                ids: Vec::new(),
+            },
+        );
+        async move { client.redrive(request).await }
+    })
+    .await?;
+    let ids: Vec<String> = (0..sizes.dead.min(1000)).map(|n| format!("t{n}")).collect();
+    ride_out(|| {
+        let (mut client, request) = (
+            queues.clone(),
+            CancelRequest {
+                queue: "limits:dead".into(),
+                ids: ids.clone(),
+                ..Default::default()
+            },
+        );
+        async move { client.cancel(request).await }
+    })
+    .await?;
+    eprintln!("limits: locks of one owner");
+    locks_of_one_owner(&channels, sizes.locks).await?;
+    eprintln!("limits: schedules every second");
+    schedules(&channels, sizes.schedules).await?;
+
+    let longest = slowlog.longest().await?;
+    let worst = longest.first().map_or(0.0, |(_, ms)| *ms);
+    let mut report = Report::new("limits", 0.0, &Latency::default())
+        .extra("longest_script_ms", Extra::Number(worst))
+        .extra(
+            "scripts_over_5_ms",
+            Extra::Count(longest.iter().filter(|(_, ms)| *ms > 5.0).count() as u64),
+        );
+    let listed: Vec<String> = longest
+        .iter()
+        .map(|(name, ms)| format!("{name} {ms:.1}"))
+        .collect();
+    report = report.extra("longest_runs_ms", Extra::Text(listed.join(", ")));
+    Ok(report)
+}
+
+/// Task `n` of 8 zero bytes, due now.
+fn plain(n: usize) -> TaskSpec {
+    TaskSpec {
+        id: format!("t{n}"),
+        payload: vec![0; 8].into(),
+        ..Default::default()
+    }
+}
+
+fn lease(queue: &str, max_tasks: u32, visibility_ms: i64, auto_ack: bool) -> LeaseRequest {
+    LeaseRequest {
+        queue: queue.into(),
+        max_tasks,
+        visibility: Some(prost_types::Duration {
+            seconds: visibility_ms / 1000,
+            nanos: ((visibility_ms % 1000) * 1_000_000) as i32,
+        }),
+        auto_ack,
+        ..Default::default()
+    }
+}
+
+/// Enqueues `count` tasks made by `spec` into `queue`, `BATCH` a call, `FILLERS` calls
+/// at once.
+async fn fill(
+    channels: &[Channel],
+    queue: &str,
+    count: usize,
+    spec: impl Fn(usize) -> TaskSpec + Send + Sync + 'static,
+) -> Result<(), String> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let spec = Arc::new(spec);
+    let mut set = JoinSet::new();
+    for c in 0..FILLERS {
+        let client = QueueServiceClient::new(channels[c % channels.len()].clone());
+        let (next, spec, queue) = (next.clone(), spec.clone(), queue.to_owned());
+        set.spawn(async move {
+            loop {
+                let from = next.fetch_add(BATCH, Ordering::Relaxed);
+                if from >= count {
+                    return Ok::<_, String>(());
+                }
+                let tasks: Vec<TaskSpec> = (from..(from + BATCH).min(count)).map(&*spec).collect();
+                ride_out(|| {
+                    let (mut client, request) = (
+                        client.clone(),
+                        EnqueueRequest {
+                            queue: queue.clone(),
+                            tasks: tasks.clone(),
+                            ..Default::default()
+                        },
+                    );
+                    async move { client.enqueue(request).await }
+                })
+                .await?;
+            }
+        });
+    }
+    while let Some(done) = set.join_next().await {
+        done.map_err(|e| e.to_string())??;
+    }
+    Ok(())
+}
+
+/// A Subscribe worker (1,000 slots) takes and acks `count` tasks of `queue`.
+async fn drain(channel: Channel, queue: &str, count: usize) -> Result<(), String> {
+    let mut queues = QueueServiceClient::new(channel);
+    let mut stream = queues
+        .subscribe(SubscribeRequest {
+            queue: queue.into(),
+            max_in_flight: 1000,
+            visibility: Some(prost_types::Duration {
+                seconds: 60,
+                nanos: 0,
+            }),
+            worker_id: String::new(),
+        })
+        .await
+        .map_err(failed)?
+        .into_inner();
+    let mut receipts = Vec::new();
+    let mut done = 0;
+    while done < count {
+        let message = tokio::time::timeout(Duration::from_secs(30), stream.next())
+            .await
+            .map_err(|_| format!("{queue}: no delivery in 30 s"))?
+            .ok_or("the stream ended")?
+            .map_err(failed)?;
+        if let Some(Event::Task(task)) = message.event {
+            receipts.push(task.receipt);
+            done += 1;
+        }
+        if receipts.len() >= 500 || (done >= count && !receipts.is_empty()) {
+            let batch = std::mem::take(&mut receipts);
+            ride_out(|| {
+                let (mut client, request) = (
+                    queues.clone(),
+                    AckRequest {
+                        queue: queue.into(),
+                        receipts: batch.clone(),
+                        ..Default::default()
+                    },
+                );
+                async move { client.ack(request).await }
+            })
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+/// Waits until `dead` tasks of the DEAD queue are DEAD (the expiry passes move them).
+async fn wait_dead(queues: &mut QueueServiceClient<Channel>, dead: usize) -> Result<(), String> {
+    for _ in 0..600 {
+        let stats = ride_out(|| {
+            let (mut client, request) = (
+                queues.clone(),
+                StatsRequest {
+                    queue: "limits:dead".into(),
+                },
+            );
+            async move { client.stats(request).await }
+        })
+        .await?;
+        if stats.dead as usize >= dead {
+            return Ok(());
+        }
+        // Each look runs an expiry pass: looking is what moves them.
+        ride_out(|| {
+            let (mut client, request) = (queues.clone(), lease("limits:dead", 1, 1, false));
+            async move { client.lease(request).await }
+        })
+        .await?;
+    }
+    Err("the DEAD queue never filled".into())
+}
+
+/// `count` locks taken by one owner, then all released by one ReleaseAll.
+async fn locks_of_one_owner(channels: &[Channel], count: usize) -> Result<(), String> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut set = JoinSet::new();
+    for c in 0..FILLERS {
+        let client = LockServiceClient::new(channels[c % channels.len()].clone());
+        let next = next.clone();
+        set.spawn(async move {
+            loop {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                if n >= count {
+                    return Ok::<_, String>(());
+                }
+                ride_out(|| {
+                    let (mut client, request) = (
+                        client.clone(),
+                        AcquireRequest {
+                            name: format!("limits:lock{n}"),
+                            owner: "limits-owner".into(),
+                            ttl: Some(prost_types::Duration {
+                                seconds: 600,
+                                nanos: 0,
+                            }),
+                            ..Default::default()
+                        },
+                    );
+                    async move { client.acquire(request).await }
+                })
+                .await?;
+            }
+        });
+    }
+    while let Some(done) = set.join_next().await {
+        done.map_err(|e| e.to_string())??;
+    }
+    let locks = LockServiceClient::new(channels[0].clone());
+    ride_out(|| {
+        let (mut client, request) = (
+            locks.clone(),
+            ReleaseAllRequest {
+                owner: "limits-owner".into(),
+            },
+        );
+        async move { client.release_all(request).await }
+    })
+    .await?;
+    Ok(())
+}
+
+/// `count` schedules every second into one queue, fired for three seconds.
+async fn schedules(channels: &[Channel], count: usize) -> Result<(), String> {
+    let schedules = ScheduleServiceClient::new(channels[0].clone());
+    for n in 0..count {
+        let request = PutScheduleRequest {
+            schedule: Some(Schedule {
+                name: format!("limits:s{n}"),
+                queue: "limits:fires".into(),
+                spec: Some(schedule::Spec::Every(prost_types::Duration {
+                    seconds: 1,
+                    nanos: 0,
+                })),
+                task: Some(ScheduledTask {
+                    payload: b"tick".to_vec(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+        };
+        ride_out(|| {
+            let (mut client, request) = (schedules.clone(), request.clone());
+            async move { client.put_schedule(request).await }
+        })
+        .await?;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    Ok(())
+}
+
+/// Redis' slow log, recording every command over [`SLOWER_THAN_US`].
+struct SlowLog {
+    conn: redis::aio::MultiplexedConnection,
+}
+
+impl SlowLog {
+    async fn open(url: &str) -> Result<Self, String> {
+        let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+        let conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Self { conn })
+    }
+
+    /// Starts recording from now.
+    async fn reset(&mut self) -> Result<(), String> {
+        for (name, value) in [
+            ("slowlog-log-slower-than", SLOWER_THAN_US),
+            ("slowlog-max-len", 100_000),
+        ] {
+            redis::cmd("CONFIG")
+                .arg("SET")
+                .arg(name)
+                .arg(value)
+                .query_async::<()>(&mut self.conn)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        redis::cmd("SLOWLOG")
+            .arg("RESET")
+            .query_async::<()>(&mut self.conn)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    /// Each command's longest recorded run (scripts by name), longest first, in ms.
+    async fn longest(&mut self) -> Result<Vec<(String, f64)>, String> {
+        let entries: Vec<redis::Value> = redis::cmd("SLOWLOG")
+            .arg("GET")
+            .arg(100_000)
+            .query_async(&mut self.conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        let names: HashMap<String, String> = turnstile::floor::script_names().into_iter().collect();
+        let mut longest: HashMap<String, f64> = HashMap::new();
+        for entry in entries {
+            let redis::Value::Array(fields) = entry else {
+                continue;
+            };
+            let micros = match fields.get(2) {
+                Some(redis::Value::Int(us)) => *us as f64,
+                _ => continue,
+            };
+            let args: Vec<String> = match fields.get(3) {
+                Some(redis::Value::Array(args)) => args
+                    .iter()
+                    .map(|arg| match arg {
+                        redis::Value::BulkString(bytes) => {
+                            String::from_utf8_lossy(bytes).into_owned()
+                        }
+                        _ => String::new(),
+                    })
+                    .collect(),
+                _ => continue,
+            };
+            let command = args
+                .first()
+                .map(|c| c.to_ascii_uppercase())
+                .unwrap_or_default();
+            let name = match command.as_str() {
+                "EVALSHA" | "EVALSHA_RO" => args
+                    .get(1)
+                    .and_then(|sha| names.get(sha).cloned())
+                    .unwrap_or_else(|| "an unknown script".into()),
+                "EVAL" | "EVAL_RO" => "a script sent whole".into(),
+                other => other.to_owned(),
+            };
+            let ms = micros / 1000.0;
+            let slot = longest.entry(name).or_default();
+            *slot = slot.max(ms);
+        }
+        let mut sorted: Vec<(String, f64)> = longest.into_iter().collect();
+        sorted.sort_by(|a, b| b.1.total_cmp(&a.1));
+        Ok(sorted)
+    }
+}
