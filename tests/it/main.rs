@@ -16,6 +16,7 @@ mod cluster;
 mod dashboard;
 mod faults;
 mod flow;
+mod fuzz;
 mod guides;
 mod interop;
 mod layers;
