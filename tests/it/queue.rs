@@ -1480,3 +1480,40 @@ async fn progress_reported_on_an_extension_is_kept_and_carried_by_the_next_deliv
         .is_empty());
     Ok(())
 }
+
+// A Cancel of more ids than one script run takes (200 a run, so no run holds Redis
+// long) cancels every one of them and answers them all.
+on_each_store!(a_cancel_of_hundreds_of_ids_cancels_each_over_bounded_runs);
+async fn a_cancel_of_hundreds_of_ids_cancels_each_over_bounded_runs(
+    redis: TestStore,
+) -> TestResult {
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    let ids: Vec<String> = (0..450).map(|n| format!("c{n}")).collect();
+    queues
+        .enqueue(EnqueueRequest {
+            queue: "q".into(),
+            tasks: ids.iter().map(|id| spec(id, "x")).collect(),
+            ..Default::default()
+        })
+        .await?;
+    let mut cancelled = queues
+        .cancel(CancelRequest {
+            queue: "q".into(),
+            ids: ids.clone(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner()
+        .cancelled;
+    cancelled.sort_unstable();
+    let mut expected = ids;
+    expected.sort_unstable();
+    assert_eq!(cancelled, expected);
+    let stats = queues
+        .stats(StatsRequest { queue: "q".into() })
+        .await?
+        .into_inner();
+    assert_eq!(stats.ready, 0);
+    Ok(())
+}
