@@ -35,6 +35,17 @@ use super::{
     target::Target,
 };
 
+/// `client.method(request)`, ridden out through UNAVAILABLE (`ride_out`): a fresh
+/// client and request for each try.
+macro_rules! call {
+    ($client:expr, $method:ident, $request:expr) => {
+        ride_out(|| {
+            let (mut client, request) = ($client.clone(), $request);
+            async move { client.$method(request).await }
+        })
+    };
+}
+
 /// The slow log's threshold: every command over this is recorded.
 const SLOWER_THAN_US: u64 = 1000;
 /// Enqueue calls at once while filling.
@@ -104,11 +115,7 @@ pub async fn limits(target: &Target, fraction: f64) -> Result<Report, String> {
     eprintln!("limits: leases of 1,000");
     for queue in ["limits:tasks", "limits:groups"] {
         for _ in 0..(20.0 * fraction).ceil() as usize {
-            ride_out(|| {
-                let (mut client, request) = (queues.clone(), lease(queue, 1000, 60_000, false));
-                async move { client.lease(request).await }
-            })
-            .await?;
+            call!(queues, lease, lease(queue, 1000, 60_000, false)).await?;
         }
     }
     eprintln!("limits: a Subscribe drain of each");
@@ -118,130 +125,93 @@ pub async fn limits(target: &Target, fraction: f64) -> Result<Report, String> {
     eprintln!("limits: peeks, pages and stats");
     for queue in ["limits:tasks", "limits:groups", "limits:dead"] {
         for state in [TaskState::Ready, TaskState::InFlight, TaskState::Dead] {
-            ride_out(|| {
-                let (mut client, request) = (
-                    queues.clone(),
-                    PeekRequest {
-                        queue: queue.into(),
-                        state: state as i32,
-                        limit: 1000,
-                        ..Default::default()
-                    },
-                );
-                async move { client.peek(request).await }
-            })
+            call!(
+                queues,
+                peek,
+                PeekRequest {
+                    queue: queue.into(),
+                    state: state as i32,
+                    limit: 1000,
+                    ..Default::default()
+                }
+            )
             .await?;
-            ride_out(|| {
-                let (mut client, request) = (
-                    queues.clone(),
-                    ListTasksRequest {
-                        queue: queue.into(),
-                        state: state as i32,
-                        page_size: 1000,
-                        ..Default::default()
-                    },
-                );
-                async move { client.list_tasks(request).await }
-            })
+            call!(
+                queues,
+                list_tasks,
+                ListTasksRequest {
+                    queue: queue.into(),
+                    state: state as i32,
+                    page_size: 1000,
+                    ..Default::default()
+                }
+            )
             .await?;
         }
-        ride_out(|| {
-            let (mut client, request) = (
-                queues.clone(),
-                StatsRequest {
-                    queue: queue.into(),
-                },
-            );
-            async move { client.stats(request).await }
-        })
+        call!(
+            queues,
+            stats,
+            StatsRequest {
+                queue: queue.into(),
+            }
+        )
         .await?;
     }
     eprintln!("limits: dedupe windows ending together");
     // Every task of the windows' queue acked as it is leased (auto_ack): each window
     // starts then, and all end 2 s later.
-    loop {
-        let taken = ride_out(|| {
-            let (mut client, request) =
-                (queues.clone(), lease("limits:windows", 1000, 60_000, true));
-            async move { client.lease(request).await }
-        })
-        .await?
-        .tasks
-        .len();
-        if taken == 0 {
-            break;
-        }
-    }
+    lease_until_empty(&queues, "limits:windows", 60_000, true).await?;
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     for n in 0..100 {
         let spec = TaskSpec {
             id: format!("after-{n}"),
             ..plain(n)
         };
-        ride_out(|| {
-            let (mut client, request) = (
-                queues.clone(),
-                EnqueueRequest {
-                    queue: "limits:windows".into(),
-                    tasks: vec![spec.clone()],
-                    ..Default::default()
-                },
-            );
-            async move { client.enqueue(request).await }
-        })
+        call!(
+            queues,
+            enqueue,
+            EnqueueRequest {
+                queue: "limits:windows".into(),
+                tasks: vec![spec.clone()],
+                ..Default::default()
+            }
+        )
         .await?;
     }
     eprintln!("limits: DEAD tasks: made, paged, redriven, cancelled");
     // Leased with a 1 ms lease and one attempt: the expiry passes make them DEAD.
-    loop {
-        let taken = ride_out(|| {
-            let (mut client, request) = (queues.clone(), lease("limits:dead", 1000, 1, false));
-            async move { client.lease(request).await }
-        })
-        .await?
-        .tasks
-        .len();
-        if taken == 0 {
-            break;
-        }
-    }
+    lease_until_empty(&queues, "limits:dead", 1, false).await?;
     wait_dead(&mut queues, sizes.dead).await?;
-    ride_out(|| {
-        let (mut client, request) = (
-            queues.clone(),
-            ListTasksRequest {
-                queue: "limits:dead".into(),
-                state: TaskState::Dead as i32,
-                page_size: 1000,
-                ..Default::default()
-            },
-        );
-        async move { client.list_tasks(request).await }
-    })
+    call!(
+        queues,
+        list_tasks,
+        ListTasksRequest {
+            queue: "limits:dead".into(),
+            state: TaskState::Dead as i32,
+            page_size: 1000,
+            ..Default::default()
+        }
+    )
     .await?;
-    ride_out(|| {
-        let (mut client, request) = (
-            queues.clone(),
-            RedriveRequest {
-                queue: "limits:dead".into(),
-                ids: Vec::new(),
-            },
-        );
-        async move { client.redrive(request).await }
-    })
+    call!(
+        queues,
+        redrive,
+        RedriveRequest {
+            queue: "limits:dead".into(),
+            ids: Vec::new(),
+        }
+    )
     .await?;
     let ids: Vec<String> = (0..sizes.dead.min(1000)).map(|n| format!("t{n}")).collect();
-    ride_out(|| {
-        let (mut client, request) = (
-            queues.clone(),
-            CancelRequest {
-                queue: "limits:dead".into(),
-                ids: ids.clone(),
-                ..Default::default()
-            },
-        );
-        async move { client.cancel(request).await }
-    })
+    call!(
+        queues,
+        cancel,
+        CancelRequest {
+            queue: "limits:dead".into(),
+            ids: ids.clone(),
+            ..Default::default()
+        }
+    )
     .await?;
     eprintln!("limits: locks of one owner");
     locks_of_one_owner(&channels, sizes.locks).await?;
@@ -286,6 +256,21 @@ fn lease(queue: &str, max_tasks: u32, visibility_ms: i64, auto_ack: bool) -> Lea
     }
 }
 
+/// Leases 1,000 at a time from `queue` until none is left.
+async fn lease_until_empty(
+    queues: &QueueServiceClient<Channel>,
+    queue: &str,
+    visibility_ms: i64,
+    auto_ack: bool,
+) -> Result<(), String> {
+    while !call!(queues, lease, lease(queue, 1000, visibility_ms, auto_ack))
+        .await?
+        .tasks
+        .is_empty()
+    {}
+    Ok(())
+}
+
 /// Enqueues `count` tasks made by `spec` into `queue`, `BATCH` a call, `FILLERS` calls
 /// at once.
 async fn fill(
@@ -307,17 +292,15 @@ async fn fill(
                     return Ok::<_, String>(());
                 }
                 let tasks: Vec<TaskSpec> = (from..(from + BATCH).min(count)).map(&*spec).collect();
-                ride_out(|| {
-                    let (mut client, request) = (
-                        client.clone(),
-                        EnqueueRequest {
-                            queue: queue.clone(),
-                            tasks: tasks.clone(),
-                            ..Default::default()
-                        },
-                    );
-                    async move { client.enqueue(request).await }
-                })
+                call!(
+                    client,
+                    enqueue,
+                    EnqueueRequest {
+                        queue: queue.clone(),
+                        tasks: tasks.clone(),
+                        ..Default::default()
+                    }
+                )
                 .await?;
             }
         });
@@ -358,17 +341,15 @@ async fn drain(channel: Channel, queue: &str, count: usize) -> Result<(), String
         }
         if receipts.len() >= 500 || (done >= count && !receipts.is_empty()) {
             let batch = std::mem::take(&mut receipts);
-            ride_out(|| {
-                let (mut client, request) = (
-                    queues.clone(),
-                    AckRequest {
-                        queue: queue.into(),
-                        receipts: batch.clone(),
-                        ..Default::default()
-                    },
-                );
-                async move { client.ack(request).await }
-            })
+            call!(
+                queues,
+                ack,
+                AckRequest {
+                    queue: queue.into(),
+                    receipts: batch.clone(),
+                    ..Default::default()
+                }
+            )
             .await?;
         }
     }
@@ -378,25 +359,19 @@ async fn drain(channel: Channel, queue: &str, count: usize) -> Result<(), String
 /// Waits until `dead` tasks of the DEAD queue are DEAD (the expiry passes move them).
 async fn wait_dead(queues: &mut QueueServiceClient<Channel>, dead: usize) -> Result<(), String> {
     for _ in 0..600 {
-        let stats = ride_out(|| {
-            let (mut client, request) = (
-                queues.clone(),
-                StatsRequest {
-                    queue: "limits:dead".into(),
-                },
-            );
-            async move { client.stats(request).await }
-        })
+        let stats = call!(
+            queues,
+            stats,
+            StatsRequest {
+                queue: "limits:dead".into(),
+            }
+        )
         .await?;
         if stats.dead as usize >= dead {
             return Ok(());
         }
         // Each look runs an expiry pass: looking is what moves them.
-        ride_out(|| {
-            let (mut client, request) = (queues.clone(), lease("limits:dead", 1, 1, false));
-            async move { client.lease(request).await }
-        })
-        .await?;
+        call!(queues, lease, lease("limits:dead", 1, 1, false)).await?;
     }
     Err("the DEAD queue never filled".into())
 }
@@ -414,21 +389,19 @@ async fn locks_of_one_owner(channels: &[Channel], count: usize) -> Result<(), St
                 if n >= count {
                     return Ok::<_, String>(());
                 }
-                ride_out(|| {
-                    let (mut client, request) = (
-                        client.clone(),
-                        AcquireRequest {
-                            name: format!("limits:lock{n}"),
-                            owner: "limits-owner".into(),
-                            ttl: Some(prost_types::Duration {
-                                seconds: 600,
-                                nanos: 0,
-                            }),
-                            ..Default::default()
-                        },
-                    );
-                    async move { client.acquire(request).await }
-                })
+                call!(
+                    client,
+                    acquire,
+                    AcquireRequest {
+                        name: format!("limits:lock{n}"),
+                        owner: "limits-owner".into(),
+                        ttl: Some(prost_types::Duration {
+                            seconds: 600,
+                            nanos: 0,
+                        }),
+                        ..Default::default()
+                    }
+                )
                 .await?;
             }
         });
@@ -437,15 +410,13 @@ async fn locks_of_one_owner(channels: &[Channel], count: usize) -> Result<(), St
         done.map_err(|e| e.to_string())??;
     }
     let locks = LockServiceClient::new(channels[0].clone());
-    ride_out(|| {
-        let (mut client, request) = (
-            locks.clone(),
-            ReleaseAllRequest {
-                owner: "limits-owner".into(),
-            },
-        );
-        async move { client.release_all(request).await }
-    })
+    call!(
+        locks,
+        release_all,
+        ReleaseAllRequest {
+            owner: "limits-owner".into(),
+        }
+    )
     .await?;
     Ok(())
 }
@@ -469,11 +440,7 @@ async fn schedules(channels: &[Channel], count: usize) -> Result<(), String> {
                 ..Default::default()
             }),
         };
-        ride_out(|| {
-            let (mut client, request) = (schedules.clone(), request.clone());
-            async move { client.put_schedule(request).await }
-        })
-        .await?;
+        call!(schedules, put_schedule, request.clone()).await?;
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
     Ok(())

@@ -16,19 +16,20 @@ use super::{
     scripts::call,
     QueueStore, MAX_PAYLOAD_BYTES, PLAIN_RUN_DELIVERIES, REPLY_BUDGET_BYTES, RUN_DELIVERIES,
 };
-
-/// The most DEAD tasks one `redrive.lua` run moves (about 2 ms of Redis time).
-pub const REDRIVE_PER_RUN: usize = 200;
-/// The most ids one `cancel.lua` run takes: a Cancel of more runs again.
-pub const CANCEL_PER_RUN: usize = 200;
 use crate::{
     error::{Error, Result},
     redis::{
         keys::{Event, QueueKeys},
         Invocation,
     },
+    time::now_ms,
     token::new_token,
 };
+
+/// The most DEAD tasks one `redrive.lua` run moves (about 2 ms of Redis time).
+pub const REDRIVE_PER_RUN: usize = 200;
+/// The most ids one `cancel.lua` run takes: a Cancel of more runs again.
+pub const CANCEL_PER_RUN: usize = 200;
 
 impl QueueStore {
     /// Runs a script that returns expired leases first. A run that met a full run's
@@ -157,13 +158,19 @@ impl QueueStore {
             .await?;
         // A run delivers at most RUN_DELIVERIES in flow mode (`pick.lua`) and
         // PLAIN_RUN_DELIVERIES otherwise (`within_budget.lua`): their cost bounds. More
-        // runs fill the batch while the last one was full and the reply has room for a
-        // task of any size (a plain run that stopped at 40 for want of tasks costs one
-        // empty run more). A later run's failure leaves the batch as it is: what is
+        // runs fill the batch while the last one stopped at a bound with more due now
+        // (its next look is now, not later: a plain run that stopped at 40 for want of
+        // tasks answers a later time, and costs no run more) and the reply has room for
+        // a task of any size. A later run's failure leaves the batch as it is: what is
         // leased is delivered.
+        let more_due = |leased: &Leased| {
+            // Redis' clock against ours, with a second's slack between the two.
+            leased.next_due_ms.is_some_and(|ms| ms <= now_ms() + 1000)
+        };
         let mut last = leased.tasks.len();
         let mut bytes: usize = leased.tasks.iter().map(|t| t.payload.len()).sum();
         while [RUN_DELIVERIES, PLAIN_RUN_DELIVERIES].contains(&last)
+            && more_due(&leased)
             && leased.tasks.len() < spec.max_tasks as usize
             && bytes + MAX_PAYLOAD_BYTES <= REPLY_BUDGET_BYTES
         {

@@ -140,23 +140,12 @@ const LIVE_END: &str = "<!--/live-->";
 /// with `query` and puts the answer in its place.
 pub fn live_region(page: &'static str, query: &Html, inner: &Html) -> Html {
     let mut out = Html::new();
-    html!(out; "<div data-live=\"/live/", page, "?", query, "\">", LIVE_START_PART, "\n", inner, LIVE_END_PART, "</div>\n");
+    html!(out; "<div data-live=\"/live/", page, "?", query, "\">");
+    out.raw(LIVE_START);
+    html!(out; "\n", inner);
+    out.raw(LIVE_END);
+    out.raw("</div>\n");
     out
-}
-
-/// The markers as fragments (they are our own markup).
-const LIVE_START_PART: Markup = Markup(LIVE_START);
-const LIVE_END_PART: Markup = Markup(LIVE_END);
-
-/// A `&'static str` constant of markup, for [`html!`] (whose literals are markup
-/// already; a constant is an expression, so it says so).
-#[derive(Clone, Copy)]
-pub struct Markup(pub &'static str);
-
-impl Part for Markup {
-    fn put_into(self, out: &mut Html) {
-        out.raw(self.0);
-    }
 }
 
 /// The live region of a rendered `main` (all of it when it has none).

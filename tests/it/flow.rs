@@ -85,6 +85,19 @@ async fn configure(
         .unwrap_or_default())
 }
 
+/// Caps every group of `queue` at one delivery in flight: each group goes in order.
+async fn serial_groups(queues: &mut Queues, queue: &str) -> Result<QueueConfig, tonic::Status> {
+    configure(
+        queues,
+        ConfigureQueueRequest {
+            queue: queue.into(),
+            group_max_in_flight: Some(1),
+            ..Default::default()
+        },
+    )
+    .await
+}
+
 fn pause(queue: &str, paused: bool) -> ConfigureQueueRequest {
     ConfigureQueueRequest {
         queue: queue.into(),
@@ -382,15 +395,7 @@ async fn group_max_in_flight_one_delivers_a_group_in_order_through_nacks_and_dea
 ) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut queues = server.queues().await;
-    configure(
-        &mut queues,
-        ConfigureQueueRequest {
-            queue: "q".into(),
-            group_max_in_flight: Some(1),
-            ..Default::default()
-        },
-    )
-    .await?;
+    serial_groups(&mut queues, "q").await?;
     let mut dies = task("a2", "a", 0);
     dies.max_attempts = 1;
     enqueue(
@@ -478,15 +483,7 @@ async fn a_serial_group_goes_on_at_once_when_its_waiting_head_is_cancelled_or_mo
     // Each way the task a serial group waits for can leave the group while it waits
     // out a Nack's delay: cancelled, or replaced into another group.
     for (queue, leave) in [("cancelled", 0), ("replaced", 1)] {
-        configure(
-            &mut queues,
-            ConfigureQueueRequest {
-                queue: queue.into(),
-                group_max_in_flight: Some(1),
-                ..Default::default()
-            },
-        )
-        .await?;
+        serial_groups(&mut queues, queue).await?;
         enqueue(
             &mut queues,
             queue,
@@ -556,15 +553,7 @@ async fn a_serial_group_goes_on_at_once_whichever_way_its_head_leaves(
         "redrive",
     ] {
         let queue = way;
-        configure(
-            &mut queues,
-            ConfigureQueueRequest {
-                queue: queue.into(),
-                group_max_in_flight: Some(1),
-                ..Default::default()
-            },
-        )
-        .await?;
+        serial_groups(&mut queues, queue).await?;
         let mut a1 = task("a1", "a", 0);
         if way == "last-attempt" {
             a1.max_attempts = 1;
@@ -650,15 +639,7 @@ async fn a_lease_over_many_groups_fills_its_batch_over_bounded_runs(
 ) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut queues = server.queues().await;
-    configure(
-        &mut queues,
-        ConfigureQueueRequest {
-            queue: "q".into(),
-            group_max_in_flight: Some(1),
-            ..Default::default()
-        },
-    )
-    .await?;
+    serial_groups(&mut queues, "q").await?;
     let tasks: Vec<TaskSpec> = (0..150)
         .map(|n| task(&format!("t{n}"), &format!("g{n}"), 0))
         .collect();

@@ -131,6 +131,12 @@ async fn every_second_fires_arrive_in_order_with_their_ids_and_due_times(
     assert!(unix_ms(&later.next_fire_at) > unix_ms(&later.last_fire_at));
     let fired = server.metric("turnstile_schedule_fires_total").await;
     assert!(fired >= 3.0, "fires counted: {fired}");
+    // Each counted fire's lateness is in the histogram the contract names (read after
+    // the count: a fire in between adds to both).
+    let late = server
+        .metric("turnstile_schedule_lateness_seconds_count")
+        .await;
+    assert!(late >= fired, "{late} lateness samples for {fired} fires");
     Ok(())
 }
 
