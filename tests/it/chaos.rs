@@ -1,50 +1,70 @@
 //! A bounded chaos run, seeded so that a failure replays (`CHAOS_SEED=<n> cargo test
-//! --test it chaos::`): while a producer enqueues, workers lease and ack and lockers contend
-//! for one lock through a changing set of server processes, it deals 12 faults, each a
-//! SIGKILL of Redis (append only, fsync always, then restarted) or of a server (then
-//! replaced), while workers drop calls mid-flight. Each fault comes once the clients
-//! have made progress since the last one. At the end every confirmed task was delivered and the queue drained,
-//! no two lock holders were ever inside at once, fencing tokens rose in the order the
-//! lock was won, the semaphore's holders (admitters taking one or two of its three
-//! permits) never held more than its limit, and a server that lived through it all is
-//! back near its start memory.
+//! --test it chaos::`), on each store: while a producer enqueues, workers lease and ack
+//! from a plain queue, a capped and rate-limited one and a schedule's queue, lockers
+//! contend for one lock and admitters for a semaphore's permits, all through a changing
+//! set of server processes, it deals faults, each once the clients have made progress
+//! since the last one: a SIGKILL of a server (then replaced), and on one Redis a SIGKILL
+//! of Redis (append only, fsync always, then restarted), on a Cluster a SIGKILL of a
+//! primary (its replica takes over; `--redis-wait-replicas 1`). Workers drop calls
+//! mid-flight and now and then "crash" before acking.
+//!
+//! At the end: every confirmed task was delivered and every queue drained, no acked
+//! task came back, no two lock holders were ever inside at once and fencing tokens rose
+//! in the order the lock was won, the semaphore never had more permits out than its
+//! limit, the capped queue never had more tasks in flight than its cap nor started more
+//! deliveries than its rate allows (both read on Redis' clock, from each task's lease
+//! end), the schedule enqueued each fire time once and missed none, and a server that
+//! lived through it all is back near its start memory.
 
 use crate::common;
 
 use std::{
+    collections::BTreeSet,
     sync::{
         atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering},
         Arc, Mutex,
     },
-    time::{Duration, Instant},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
 use common::{
-    backoff, eventually, ms, seed_from, with_timeout, Ledger, Rng, ServerProcess, TestRedis,
-    TestResult,
+    backoff, cluster::TestCluster, eventually, ms, seed_from, unix_ms, with_timeout, Ledger, Rng,
+    ServerProcess, TestRedis, TestResult,
 };
 use tonic::transport::Channel;
 use tonic_health::pb::{
     health_check_response::ServingStatus, health_client::HealthClient, HealthCheckRequest,
 };
 use turnstile::pb::{
-    lock_service_client::LockServiceClient, queue_service_client::QueueServiceClient,
-    semaphore_service_client::SemaphoreServiceClient, AckRequest, AcquireRequest, EnqueueRequest,
-    LeaseRequest, ReleaseRequest, SemaphoreServiceAcquireRequest, SemaphoreServiceReleaseRequest,
-    TaskSpec,
+    lock_service_client::LockServiceClient, queue_service_client::QueueServiceClient, schedule,
+    schedule_service_client::ScheduleServiceClient,
+    semaphore_service_client::SemaphoreServiceClient, AckRequest, AcquireRequest,
+    ConfigureQueueRequest, DeleteScheduleRequest, EnqueueRequest, LeaseRequest, PutScheduleRequest,
+    RateLimit, ReleaseRequest, Schedule, SemaphoreServiceAcquireRequest,
+    SemaphoreServiceReleaseRequest, TaskSpec,
 };
 
+/// The lock, the semaphore and the schedule: named apart, so that on a cluster they
+/// (and the queues) spread over the primaries a failover may hit.
+const LOCK: &str = "chaos-lock";
+const SEMAPHORE: &str = "chaos-permits";
+const SCHEDULE: &str = "chaos-tick";
 /// The semaphore's limit.
 const PERMITS: u32 = 3;
+/// The capped queue's `max_in_flight`, and its rate limit: `RATE` starts a second with
+/// a burst of `BURST`.
+const CAP: u32 = 3;
+const RATE: u32 = 40;
+const BURST: u32 = 5;
+/// The schedule fires every this many milliseconds.
+const TICK_MS: i64 = 1_000;
 
-/// How many faults the run deals (then the queue drains).
-const FAULTS: usize = 12;
 /// Calls never wait longer than this on a dead server or Redis.
 const CALL: Duration = Duration::from_secs(2);
 /// The most the clients may take to make progress after a fault.
-const RECOVER: Duration = Duration::from_secs(30);
+const RECOVER: Duration = Duration::from_secs(60);
 
-/// The lock side of the run, and the switches of the clients.
+/// The lock and semaphore sides of the run, and the switches of the clients.
 #[derive(Default)]
 struct Record {
     /// Lock holders inside the critical section now, and the most ever at once.
@@ -58,7 +78,7 @@ struct Record {
     most_permits_out: AtomicI64,
     grants: AtomicU64,
     dropped_calls: AtomicU64,
-    /// The producer stops first; the workers and lockers once the queue is drained.
+    /// The producer stops first; the workers and lockers once the queues are drained.
     producing: AtomicBool,
     stop: AtomicBool,
 }
@@ -67,6 +87,41 @@ impl Record {
     fn locks_won(&self) -> usize {
         self.fencing.lock().unwrap().len()
     }
+}
+
+/// One queue of the run, what its clients were told, and when its deliveries were
+/// held.
+struct Line {
+    queue: &'static str,
+    ledger: Ledger,
+    /// Each delivery's time in flight as the worker saw it, in Redis milliseconds:
+    /// from its start (its lease end less the visibility) to the first of its lease
+    /// end and the moment the worker acked or dropped it. Inside the server's own time
+    /// in flight, so the server's cap bounds how many overlap.
+    held: Mutex<Vec<(i64, i64)>>,
+    /// The due times of the tasks delivered (for the schedule's queue: its fire times).
+    due: Mutex<BTreeSet<i64>>,
+}
+
+impl Line {
+    fn new(queue: &'static str) -> Arc<Self> {
+        Arc::new(Self {
+            queue,
+            ledger: Ledger::default(),
+            held: Mutex::default(),
+            due: Mutex::default(),
+        })
+    }
+}
+
+/// The lease visibility of every worker.
+const VISIBILITY_MS: i64 = 1_000;
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis() as i64
 }
 
 /// The live servers' addresses; clients pick one per call.
@@ -111,14 +166,19 @@ fn rss_kb(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-async fn produce(record: Arc<Record>, ledger: Arc<Ledger>, servers: Arc<Servers>, seed: u64) {
+/// Enqueues batches into the plain queue and, one batch in four, the capped one,
+/// paced by the workers: a flood would only slow two shared cores down.
+async fn produce(record: Arc<Record>, lines: [Arc<Line>; 2], servers: Arc<Servers>, seed: u64) {
     let mut rng = Rng(seed);
     let mut batch = 0u64;
     while record.producing.load(Ordering::SeqCst) {
-        // Paced by the workers: a flood would only slow two shared cores down.
-        if ledger.backlog() > 200 {
+        let (line, most) = match rng.below(4) {
+            0 => (&lines[1], 40),
+            _ => (&lines[0], 200),
+        };
+        if line.ledger.backlog() > most {
             eventually("the workers catch up", RECOVER, || async {
-                ledger.backlog() <= 100
+                line.ledger.backlog() <= most / 2
             })
             .await;
         }
@@ -135,18 +195,20 @@ async fn produce(record: Arc<Record>, ledger: Arc<Ledger>, servers: Arc<Servers>
             })
             .collect();
         let request = EnqueueRequest {
-            queue: "chaos".into(),
+            queue: line.queue.into(),
             tasks,
             ..Default::default()
         };
         match queues.enqueue(with_timeout(request, CALL)).await {
-            Ok(reply) => ledger.enqueued(reply.into_inner().results.into_iter().map(|r| r.id)),
+            Ok(reply) => line
+                .ledger
+                .enqueued(reply.into_inner().results.into_iter().map(|r| r.id)),
             Err(_) => backoff().await,
         }
     }
 }
 
-async fn work(record: Arc<Record>, ledger: Arc<Ledger>, servers: Arc<Servers>, seed: u64) {
+async fn work(record: Arc<Record>, line: Arc<Line>, servers: Arc<Servers>, seed: u64) {
     let mut rng = Rng(seed);
     while !record.stop.load(Ordering::SeqCst) {
         let Some(channel) = servers.connect(&mut rng).await else {
@@ -154,9 +216,9 @@ async fn work(record: Arc<Record>, ledger: Arc<Ledger>, servers: Arc<Servers>, s
         };
         let mut queues = QueueServiceClient::new(channel);
         let request = LeaseRequest {
-            queue: "chaos".into(),
+            queue: line.queue.into(),
             max_tasks: 1 + rng.below(10) as u32,
-            visibility: ms(1_000),
+            visibility: ms(VISIBILITY_MS),
             wait: ms(200),
             auto_ack: false,
         };
@@ -179,18 +241,31 @@ async fn work(record: Arc<Record>, ledger: Arc<Ledger>, servers: Arc<Servers>, s
             continue;
         };
         let tasks = reply.into_inner().tasks;
-        ledger.delivered(&tasks);
-        // Sometimes the worker "crashes" before acking: the lease must expire.
+        line.ledger.delivered(&tasks);
+        line.due
+            .lock()
+            .unwrap()
+            .extend(tasks.iter().map(|task| unix_ms(&task.due_at)));
+        for _ in 0..rng.below(10) {
+            tokio::task::yield_now().await;
+        }
+        // Held until now: the ack goes next, or the worker "crashes" before acking
+        // (then the lease must expire).
+        let now = now_ms();
+        line.held.lock().unwrap().extend(tasks.iter().map(|task| {
+            let end = unix_ms(&task.lease_expires_at);
+            (end - VISIBILITY_MS, now.min(end))
+        }));
         if tasks.is_empty() || rng.below(20) == 0 {
             continue;
         }
         let request = AckRequest {
-            queue: "chaos".into(),
+            queue: line.queue.into(),
             receipts: tasks.iter().map(|t| t.receipt.clone()).collect(),
             ..Default::default()
         };
         if let Ok(reply) = queues.ack(with_timeout(request, CALL)).await {
-            ledger.acked(&tasks, &reply.into_inner().acked);
+            line.ledger.acked(&tasks, &reply.into_inner().acked);
         }
     }
 }
@@ -203,7 +278,7 @@ async fn contend(record: Arc<Record>, servers: Arc<Servers>, seed: u64) {
         };
         let mut locks = LockServiceClient::new(channel);
         let request = AcquireRequest {
-            name: "chaos".into(),
+            name: LOCK.into(),
             owner: format!("locker{seed}"),
             ttl: ms(3_000),
             wait: ms(500),
@@ -232,7 +307,7 @@ async fn contend(record: Arc<Record>, servers: Arc<Servers>, seed: u64) {
         // one never sent leaves the lock to its TTL: slower, never unsafe.
         for _ in 0..3 {
             let request = ReleaseRequest {
-                name: "chaos".into(),
+                name: LOCK.into(),
                 token: won.token.clone(),
             };
             if locks.release(with_timeout(request, CALL)).await.is_ok() {
@@ -257,7 +332,7 @@ async fn admit(record: Arc<Record>, servers: Arc<Servers>, seed: u64) {
         let mut semaphores = SemaphoreServiceClient::new(channel);
         let permits = 1 + rng.below(2) as u32;
         let request = SemaphoreServiceAcquireRequest {
-            name: "chaos".into(),
+            name: SEMAPHORE.into(),
             owner: format!("admitter{seed}"),
             limit: PERMITS,
             permits,
@@ -289,7 +364,7 @@ async fn admit(record: Arc<Record>, servers: Arc<Servers>, seed: u64) {
             .fetch_sub(i64::from(permits), Ordering::SeqCst);
         for _ in 0..3 {
             let request = SemaphoreServiceReleaseRequest {
-                name: "chaos".into(),
+                name: SEMAPHORE.into(),
                 token: won.token.clone(),
             };
             if semaphores
@@ -321,17 +396,169 @@ async fn serving(addr: &str) -> bool {
         .is_ok_and(|reply| reply.into_inner().status == ServingStatus::Serving as i32)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn chaos_loses_no_confirmed_task_and_never_overlaps_lock_holders_or_overfills_a_semaphore(
-) -> TestResult {
+/// The most deliveries held at one moment: an end at the same millisecond as a start
+/// comes first (the server frees a slot before it fills it again).
+fn most_at_once(held: &[(i64, i64)]) -> usize {
+    let mut edges: Vec<(i64, i32)> = held
+        .iter()
+        .flat_map(|&(start, end)| [(start, 1), (end.max(start), -1)])
+        .collect();
+    edges.sort();
+    let (mut now, mut most) = (0i32, 0i32);
+    for (_, step) in edges {
+        now += step;
+        most = most.max(now);
+    }
+    most as usize
+}
+
+/// The first run of delivery starts (Redis milliseconds) that the rate limit forbids:
+/// in any interval of length t at most `BURST + RATE * t / 1 s` start, and timestamps
+/// cut to the millisecond make the interval up to 1 ms longer than it reads.
+fn over_rate(held: &[(i64, i64)]) -> Option<String> {
+    let mut starts: Vec<i64> = held.iter().map(|&(start, _)| start).collect();
+    starts.sort();
+    for last in 0..starts.len() {
+        for first in 0..=last {
+            let span = starts[last] - starts[first] + 1;
+            let allowed = f64::from(BURST) + f64::from(RATE) * span as f64 / 1_000.0;
+            let count = last - first + 1;
+            if count as f64 > allowed {
+                return Some(format!(
+                    "{count} deliveries started within {span} ms (at most {allowed:.1})"
+                ));
+            }
+        }
+    }
+    None
+}
+
+/// Fire times missing between the first and the last one delivered.
+fn missed_fires(due: &BTreeSet<i64>) -> Vec<i64> {
+    let (Some(&first), Some(&last)) = (due.first(), due.last()) else {
+        return Vec::new();
+    };
+    (0..=(last - first) / TICK_MS)
+        .map(|k| first + k * TICK_MS)
+        .filter(|time| !due.contains(time))
+        .collect()
+}
+
+/// What the servers keep their state in, and the fault it can be dealt.
+enum Backing {
+    /// One `redis-server`, append only with fsync always: killed and restarted.
+    OneRedis(Box<TestRedis>),
+    /// A three-primary cluster: a primary is killed and its replica takes over; every
+    /// write waits for a replica (`--redis-wait-replicas 1`), so none a client was told
+    /// of is lost.
+    Cluster(TestCluster),
+}
+
+impl Backing {
+    fn serve_args(&self) -> Vec<String> {
+        match self {
+            Self::OneRedis(redis) => vec!["--redis-url".into(), redis.url()],
+            Self::Cluster(cluster) => vec![
+                "--redis-cluster".into(),
+                "--redis-url".into(),
+                cluster.url(),
+                "--redis-wait-replicas".into(),
+                "1".into(),
+            ],
+        }
+    }
+
+    /// Deals the store's fault and waits until the store is whole again.
+    async fn fault(&mut self, rng: &mut Rng, stable: &str) {
+        match self {
+            Self::OneRedis(redis) => {
+                // Down until the servers see it (readiness drops), then back.
+                redis.kill().await;
+                eventually("NOT_SERVING while Redis is down", RECOVER, || async {
+                    !serving(stable).await
+                })
+                .await;
+                redis.restart().await;
+            }
+            Self::Cluster(cluster) => {
+                let primaries = cluster.primaries();
+                let victim = primaries[rng.below(primaries.len() as u64) as usize];
+                cluster.fail_over(victim).await;
+            }
+        }
+    }
+
+    fn fault_name(&self) -> &'static str {
+        match self {
+            Self::OneRedis(_) => "Redis restarts",
+            Self::Cluster(_) => "failovers",
+        }
+    }
+}
+
+/// Puts the schedule (every `TICK_MS` into the fires' queue, catching up for ten
+/// minutes: far longer than any fault here) and caps the capped queue, through the
+/// stable server, retrying what a loaded start may refuse.
+async fn set_up(stable: &str, capped: &str, fires: &str) {
+    let channel = channel(stable).await.expect("stable server");
+    let schedules = ScheduleServiceClient::new(channel.clone());
+    let queues = QueueServiceClient::new(channel);
+    common::retry_unavailable("put the schedule", || {
+        let request = PutScheduleRequest {
+            schedule: Some(Schedule {
+                name: SCHEDULE.into(),
+                queue: fires.into(),
+                spec: Some(schedule::Spec::Every(ms(TICK_MS).expect("a duration"))),
+                catch_up_window: ms(600_000),
+                ..Default::default()
+            }),
+        };
+        let mut schedules = schedules.clone();
+        async move { schedules.put_schedule(with_timeout(request, CALL)).await }
+    })
+    .await;
+    common::retry_unavailable("cap the capped queue", || {
+        let request = ConfigureQueueRequest {
+            queue: capped.into(),
+            max_in_flight: Some(CAP),
+            rate_limit: Some(RateLimit {
+                limit: RATE,
+                period: ms(1_000),
+                burst: BURST,
+            }),
+            ..Default::default()
+        };
+        let mut queues = queues.clone();
+        async move { queues.configure_queue(with_timeout(request, CALL)).await }
+    })
+    .await;
+}
+
+/// Deletes the schedule (its last fires still come, and are drained).
+async fn stop_schedule(stable: &str) {
+    let schedules = ScheduleServiceClient::new(channel(stable).await.expect("stable server"));
+    common::retry_unavailable("delete the schedule", || {
+        let mut schedules = schedules.clone();
+        let request = DeleteScheduleRequest {
+            name: SCHEDULE.into(),
+        };
+        async move { schedules.delete_schedule(with_timeout(request, CALL)).await }
+    })
+    .await;
+}
+
+async fn chaos(mut backing: Backing, faults: usize) -> TestResult {
     let seed = seed_from("CHAOS_SEED");
     println!("chaos seed {seed} (replay with CHAOS_SEED={seed})");
     let mut rng = Rng(seed);
-    let mut redis = TestRedis::start_durable().await;
+    let args = backing.serve_args();
     // The stable server lives through everything (its memory is checked); the others
     // are killed and replaced.
-    let stable = ServerProcess::start(&redis);
-    let mut doomed = vec![ServerProcess::start(&redis), ServerProcess::start(&redis)];
+    let stable = ServerProcess::start_args(&args);
+    let mut doomed = vec![
+        ServerProcess::start_args(&args),
+        ServerProcess::start_args(&args),
+    ];
     let servers = Arc::new(Servers::default());
     servers.0.lock().unwrap().push(stable.addr.clone());
     servers
@@ -339,55 +566,58 @@ async fn chaos_loses_no_confirmed_task_and_never_overlaps_lock_holders_or_overfi
         .lock()
         .unwrap()
         .extend(doomed.iter().map(|s| s.addr.clone()));
+    let (plain, capped, fires) = (
+        Line::new("chaos"),
+        Line::new("chaos-capped"),
+        Line::new("chaos-fires"),
+    );
+    set_up(&stable.addr, capped.queue, fires.queue).await;
     let record = Arc::new(Record::default());
-    let ledger = Arc::new(Ledger::default());
     record.producing.store(true, Ordering::SeqCst);
 
     let mut clients = tokio::task::JoinSet::new();
     clients.spawn(produce(
         record.clone(),
-        ledger.clone(),
+        [plain.clone(), capped.clone()],
         servers.clone(),
         rng.next(),
     ));
-    for _ in 0..3 {
+    for line in [&plain, &plain, &plain, &capped, &capped, &fires] {
         clients.spawn(work(
             record.clone(),
-            ledger.clone(),
+            line.clone(),
             servers.clone(),
             rng.next(),
         ));
+    }
+    for _ in 0..3 {
         clients.spawn(contend(record.clone(), servers.clone(), rng.next()));
         clients.spawn(admit(record.clone(), servers.clone(), rng.next()));
     }
     // Every kind of client has made progress: note the stable server's memory.
     let progress = || {
         (
-            ledger.confirmed(),
+            plain.ledger.confirmed(),
             record.locks_won(),
             record.grants.load(Ordering::SeqCst),
+            capped.ledger.deliveries(),
+            fires.due.lock().unwrap().len(),
         )
     };
     eventually("first progress", RECOVER, || async {
-        let (confirmed, locks, grants) = progress();
-        confirmed >= 100 && locks >= 5 && grants >= 5
+        let (confirmed, locks, grants, capped, fired) = progress();
+        confirmed >= 100 && locks >= 5 && grants >= 5 && capped >= 5 && fired >= 1
     })
     .await;
     let start_rss = rss_kb(stable.child.id());
 
-    let (mut redis_kills, mut server_kills) = (0, 0);
+    let (mut store_faults, mut server_kills) = (0, 0);
     let started = Instant::now();
-    for _ in 0..FAULTS {
+    for _ in 0..faults {
         match rng.below(2) {
             0 => {
-                // Down until the servers see it (readiness drops), then back.
-                redis.kill().await;
-                eventually("NOT_SERVING while Redis is down", RECOVER, || async {
-                    !serving(&stable.addr).await
-                })
-                .await;
-                redis.restart().await;
-                redis_kills += 1;
+                backing.fault(&mut rng, &stable.addr).await;
+                store_faults += 1;
             }
             _ => {
                 let at = rng.below(doomed.len() as u64) as usize;
@@ -398,53 +628,81 @@ async fn chaos_loses_no_confirmed_task_and_never_overlaps_lock_holders_or_overfi
                     .unwrap()
                     .retain(|addr| *addr != victim.addr);
                 victim.kill();
-                let fresh = ServerProcess::start(&redis);
+                let fresh = ServerProcess::start_args(&args);
                 servers.0.lock().unwrap().push(fresh.addr.clone());
                 doomed.push(fresh);
                 server_kills += 1;
             }
         }
-        // The next fault comes once the clients got work done since this one.
-        let (confirmed, locks, grants) = progress();
+        // The next fault comes once every kind of client got work done since this one.
+        let before = progress();
         let more = 20 + rng.below(80) as usize;
         eventually("progress after a fault", RECOVER, || async {
-            let (now_confirmed, now_locks, now_grants) = progress();
-            now_confirmed >= confirmed + more && now_locks > locks && now_grants > grants
+            let now = progress();
+            now.0 >= before.0 + more
+                && now.1 > before.1
+                && now.2 > before.2
+                && now.3 > before.3
+                && now.4 > before.4
         })
         .await;
     }
 
-    // Calm: stop producing, let the workers drain the queue: every confirmed task
-    // delivered, and nothing left in it (every delivery acked in the end).
+    // Calm: stop producing and firing, let the workers drain the queues: every
+    // confirmed task delivered, and nothing left in any (every delivery acked in the
+    // end).
     record.producing.store(false, Ordering::SeqCst);
+    stop_schedule(&stable.addr).await;
     let mut queues = QueueServiceClient::new(channel(&stable.addr).await.expect("stable server"));
-    ledger
-        .wait_drained(&mut queues, "chaos", Duration::from_secs(60))
-        .await;
+    for line in [&plain, &capped, &fires] {
+        line.ledger
+            .wait_drained(&mut queues, line.queue, Duration::from_secs(60))
+            .await;
+    }
     record.stop.store(true, Ordering::SeqCst);
     while let Some(client) = clients.join_next().await {
         client?;
     }
 
     let fencing = record.fencing.lock().unwrap().clone();
+    let capped_held = capped.held.lock().unwrap().clone();
+    let fired = fires.due.lock().unwrap().clone();
     let end_rss = rss_kb(stable.child.id());
     println!(
-        "seed {seed}: {redis_kills} Redis kills, {server_kills} server kills in {:?}, {} \
-         dropped calls; {}; {} locks won; {} semaphore grants, at most {} of {PERMITS} permits \
-         out; stable server RSS {} -> {} MB",
+        "seed {seed}: {store_faults} {}, {server_kills} server kills in {:?}, {} dropped \
+         calls; plain queue: {}; capped queue: {}, at most {} of {CAP} in flight; {} fire \
+         times delivered; {} locks won; {} semaphore grants, at most {} of {PERMITS} \
+         permits out; stable server RSS {} -> {} MB",
+        backing.fault_name(),
         started.elapsed(),
         record.dropped_calls.load(Ordering::SeqCst),
-        ledger.summary(),
+        plain.ledger.summary(),
+        capped.ledger.summary(),
+        most_at_once(&capped_held),
+        fired.len(),
         fencing.len(),
         record.grants.load(Ordering::SeqCst),
         record.most_permits_out.load(Ordering::SeqCst),
         start_rss / 1024,
         end_rss / 1024
     );
+    for line in [&plain, &capped] {
+        assert_eq!(
+            line.ledger.deliveries_after_ack(),
+            0,
+            "seed {seed}: an acked task of {} came back",
+            line.queue
+        );
+    }
     assert_eq!(
-        ledger.deliveries_after_ack(),
+        fires.ledger.deliveries_after_ack(),
         0,
-        "seed {seed}: an acked task came back"
+        "seed {seed}: a fire time was enqueued again after its task was acked"
+    );
+    let missed = missed_fires(&fired);
+    assert!(
+        missed.is_empty(),
+        "seed {seed}: fire times missed: {missed:?}"
     );
     assert_eq!(
         record.most_inside.load(Ordering::SeqCst),
@@ -459,10 +717,31 @@ async fn chaos_loses_no_confirmed_task_and_never_overlaps_lock_holders_or_overfi
         record.most_permits_out.load(Ordering::SeqCst) <= i64::from(PERMITS),
         "seed {seed}: more semaphore permits out than its limit"
     );
+    assert!(
+        most_at_once(&capped_held) <= CAP as usize,
+        "seed {seed}: more tasks of the capped queue in flight than its cap"
+    );
+    if let Some(overrun) = over_rate(&capped_held) {
+        panic!("seed {seed}: the capped queue's rate limit overrun: {overrun}");
+    }
     // Back near its start: streams, waiters and batches of the chaos were all freed.
     assert!(
         end_rss < start_rss + 32 * 1024,
         "seed {seed}: stable server grew from {start_rss} kB to {end_rss} kB"
     );
     Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_keeps_every_guarantee_through_server_kills_and_redis_restarts() -> TestResult {
+    chaos(
+        Backing::OneRedis(Box::new(TestRedis::start_durable().await)),
+        12,
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_keeps_every_guarantee_through_server_kills_and_cluster_failovers() -> TestResult {
+    chaos(Backing::Cluster(TestCluster::start().await), 8).await
 }

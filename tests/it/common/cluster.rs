@@ -18,7 +18,7 @@ use super::{eventually, eventually_explained, TempDir};
 pub struct TestCluster {
     pub ports: Vec<u16>,
     nodes: Vec<Child>,
-    _dir: TempDir,
+    dir: TempDir,
 }
 
 /// How long a node may go unheard before its peers fail it over, for tests that kill
@@ -77,48 +77,11 @@ impl TestCluster {
             let port = free_node_port();
             let node_dir = dir.0.join(port.to_string());
             std::fs::create_dir_all(&node_dir).expect("node dir");
-            let mut command = Command::new("redis-server");
-            if die_with_thread {
-                // SAFETY: the closure runs between fork and exec and only calls prctl,
-                // which is async-signal-safe and allocates nothing.
-                unsafe {
-                    command.pre_exec(|| {
-                        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                            return Err(std::io::Error::last_os_error());
-                        }
-                        Ok(())
-                    });
-                }
-            }
-            let child = command
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                // Formed with the long timeout: a handshake that a loaded machine slows
-                // past a 2 s timeout is dropped, and one node then never learned
-                // another (seen: cluster_known_nodes:5 for 60 s). A failover cluster
-                // gets its short timeout once formed.
-                .args([
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-node-timeout",
-                    NO_FAILOVER,
-                ])
-                // A replica takes over however long ago it last heard its primary.
-                .args(["--cluster-replica-validity-factor", "0"])
-                .args(["--save", "", "--appendonly", "no"])
-                .arg("--dir")
-                .arg(&node_dir)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("redis-server");
+            let child = spawn_node(&node_dir, port, NO_FAILOVER, die_with_thread);
             nodes.push(child);
             ports.push(port);
         }
-        let mut cluster = Self {
-            ports,
-            nodes,
-            _dir: dir,
-        };
+        let mut cluster = Self { ports, nodes, dir };
         for port in cluster.ports.clone() {
             eventually(
                 "a cluster node answers",
@@ -240,6 +203,34 @@ impl TestCluster {
         let _ = self.nodes[at].wait();
     }
 
+    /// A failover as a crash of the primary on `port` makes it: SIGKILLs it, waits
+    /// until its replica serves its slots, then starts it again (empty: it rejoins as
+    /// the new primary's replica) and waits until it has synced, so the shard has a
+    /// replica again (for `--redis-wait-replicas` and the next failover).
+    pub async fn fail_over(&mut self, port: u16) {
+        let nodes = cluster_cli_answer(self.ports[0], &["cluster", "nodes"]);
+        let slot = nodes
+            .lines()
+            .map(|line| line.split_whitespace().collect::<Vec<_>>())
+            .find(|fields| fields.len() > 8 && node_port(fields[1]) == Some(port))
+            .and_then(|fields| fields[8].split('-').next()?.parse::<u16>().ok())
+            .expect("a slot of the primary");
+        self.kill(port);
+        self.wait_slot_moved(port, slot).await;
+        let at = self
+            .ports
+            .iter()
+            .position(|p| *p == port)
+            .expect("a node's port");
+        self.nodes[at] = spawn_node(
+            &self.dir.0.join(port.to_string()),
+            port,
+            FAST_FAILOVER,
+            false,
+        );
+        self.wait_ok().await;
+    }
+
     /// Sends `signal` to the node on `port` (SIGSTOP freezes it: it neither answers nor
     /// replicates until SIGCONT).
     pub fn signal(&self, port: u16, signal: libc::c_int) {
@@ -303,10 +294,22 @@ impl TestCluster {
     /// Waits until every node still running says the cluster is ok again and that
     /// `key`'s slot is served by another primary than `port` (its replica took over).
     pub async fn wait_failover(&self, port: u16, key: &str) {
-        let alive: Vec<u16> = self.ports.iter().copied().filter(|p| *p != port).collect();
-        let slot: u16 = cluster_cli(alive[0], &["cluster", "keyslot", key])
+        let alive = self
+            .ports
+            .iter()
+            .copied()
+            .find(|p| *p != port)
+            .expect("a live node");
+        let slot: u16 = cluster_cli(alive, &["cluster", "keyslot", key])
             .and_then(|reply| reply.trim().parse().ok())
             .expect("CLUSTER KEYSLOT");
+        self.wait_slot_moved(port, slot).await;
+    }
+
+    /// Waits until every node but `port` says the cluster is ok and that `slot` is
+    /// served by another primary than `port`.
+    async fn wait_slot_moved(&self, port: u16, slot: u16) {
+        let alive: Vec<u16> = self.ports.iter().copied().filter(|p| *p != port).collect();
         for node in alive {
             eventually_explained(
                 &format!("the replica took over, as node {node} sees it"),
@@ -425,6 +428,51 @@ impl Drop for TestCluster {
             let _ = node.wait();
         }
     }
+}
+
+/// Starts the `redis-server` of one node on `port` in `node_dir`, with no persistence:
+/// a node restarted there comes back empty and, from its `nodes.conf`, rejoins as a
+/// replica of whoever took its slots over.
+fn spawn_node(
+    node_dir: &std::path::Path,
+    port: u16,
+    node_timeout: &str,
+    die_with_thread: bool,
+) -> Child {
+    let mut command = Command::new("redis-server");
+    if die_with_thread {
+        // SAFETY: the closure runs between fork and exec and only calls prctl,
+        // which is async-signal-safe and allocates nothing.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    command
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        // Formed with the long timeout: a handshake that a loaded machine slows
+        // past a 2 s timeout is dropped, and one node then never learned
+        // another (seen: cluster_known_nodes:5 for 60 s). A failover cluster
+        // gets its short timeout once formed.
+        .args([
+            "--cluster-enabled",
+            "yes",
+            "--cluster-node-timeout",
+            node_timeout,
+        ])
+        // A replica takes over however long ago it last heard its primary.
+        .args(["--cluster-replica-validity-factor", "0"])
+        .args(["--save", "", "--appendonly", "no"])
+        .arg("--dir")
+        .arg(node_dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server")
 }
 
 /// A free loopback port for a cluster node whose bus port (the port + 10000) is free

@@ -73,6 +73,11 @@ impl Ledger {
         self.enqueued.lock().unwrap().difference(&delivered).count()
     }
 
+    /// Deliveries so far, redeliveries included.
+    pub fn deliveries(&self) -> usize {
+        self.deliveries.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// Deliveries of an id after its Ack was confirmed.
     pub fn deliveries_after_ack(&self) -> usize {
         self.after_ack.load(std::sync::atomic::Ordering::SeqCst)

@@ -77,7 +77,8 @@ impl ServerProcess {
         Self::start_args(&store.serve_args())
     }
 
-    fn start_args(args: &[String]) -> Self {
+    /// A server with these `serve` arguments.
+    pub fn start_args(args: &[String]) -> Self {
         let mut child = serve_command()
             .args(["--log-format", "json"])
             .args(args)
