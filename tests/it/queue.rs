@@ -1517,3 +1517,104 @@ async fn a_cancel_of_hundreds_of_ids_cancels_each_over_bounded_runs(
     assert_eq!(stats.ready, 0);
     Ok(())
 }
+
+// A Peek, a page of ListTasks or an Ack of more than one script run's worth (250 a
+// run, so no run holds Redis long) misses nothing and repeats nothing: each run goes
+// on where the last stopped.
+on_each_store!(big_looks_and_acks_go_in_bounded_runs_and_miss_nothing);
+async fn big_looks_and_acks_go_in_bounded_runs_and_miss_nothing(redis: TestStore) -> TestResult {
+    use turnstile::pb::ListTasksRequest;
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    // Priorities mix the delivery order up, so a run that began again from the top
+    // would show.
+    let tasks: Vec<TaskSpec> = (0..700)
+        .map(|n| TaskSpec {
+            priority: n % 3,
+            ..spec(&format!("t{n:03}"), "x")
+        })
+        .collect();
+    enqueue(&mut queues, tasks).await?;
+    let peeked = peek(&mut queues, TaskState::Ready, 1000).await?;
+    assert_eq!(peeked.len(), 700);
+    let list = |page_size: u32, page_token: String| ListTasksRequest {
+        queue: "q".into(),
+        state: TaskState::Ready as i32,
+        page_size,
+        page_token,
+        ..Default::default()
+    };
+    let whole = queues
+        .list_tasks(list(1000, String::new()))
+        .await?
+        .into_inner();
+    assert_eq!(ids(&whole.tasks), ids(&peeked));
+    assert!(whole.next_page_token.is_empty());
+    let first = queues
+        .list_tasks(list(450, String::new()))
+        .await?
+        .into_inner();
+    assert_eq!(first.tasks.len(), 450);
+    let second = queues
+        .list_tasks(list(450, first.next_page_token))
+        .await?
+        .into_inner();
+    let paged: Vec<&str> = ids(&first.tasks)
+        .into_iter()
+        .chain(ids(&second.tasks))
+        .collect();
+    assert_eq!(paged, ids(&peeked));
+    // One Ack of every receipt: a flag for each, all true, nothing left in flight.
+    let leased = lease(&mut queues, 1000, 60_000).await?;
+    assert_eq!(leased.len(), 700);
+    let receipts: Vec<&str> = leased.iter().map(|t| t.receipt.as_str()).collect();
+    let acked = ack(&mut queues, &receipts).await?;
+    assert_eq!(acked, vec![true; 700]);
+    let after = stats(&mut queues).await?;
+    assert_eq!((after.ready, after.in_flight), (0, 0));
+    Ok(())
+}
+
+// A group's Peek of more than one run's worth: the task it delivers next first, then
+// the others in its order, each once.
+on_each_store!(a_big_group_peek_shows_each_task_once_in_the_groups_order);
+async fn a_big_group_peek_shows_each_task_once_in_the_groups_order(redis: TestStore) -> TestResult {
+    use turnstile::pb::ConfigureQueueRequest;
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    queues
+        .configure_queue(ConfigureQueueRequest {
+            queue: "q".into(),
+            group_max_in_flight: Some(1),
+            ..Default::default()
+        })
+        .await?;
+    let tasks: Vec<TaskSpec> = (0..600)
+        .map(|n| TaskSpec {
+            group: "g".into(),
+            priority: n % 2,
+            ..spec(&format!("t{n:03}"), "x")
+        })
+        .collect();
+    enqueue(&mut queues, tasks).await?;
+    let look = |limit| PeekRequest {
+        queue: "q".into(),
+        state: TaskState::Ready as i32,
+        limit,
+        group: Some("g".into()),
+    };
+    let small = queues.peek(look(200)).await?.into_inner().tasks;
+    let big = queues.peek(look(1000)).await?.into_inner().tasks;
+    assert_eq!(big.len(), 600);
+    assert_eq!(
+        ids(&big[..200]),
+        ids(&small),
+        "the first 200 as one run shows them"
+    );
+    let distinct: std::collections::HashSet<&str> = ids(&big).into_iter().collect();
+    assert_eq!(distinct.len(), 600);
+    // The group delivers in that order.
+    let next = lease(&mut queues, 1, 60_000).await?;
+    assert_eq!(next[0].id, big[0].id);
+    Ok(())
+}

@@ -187,6 +187,26 @@ async fn a_closed_stream_gives_its_tasks_back_at_once_at_their_original_due_time
     Ok(())
 }
 
+// A stream that held more deliveries than one give-back run looks at (200, so no run
+// holds Redis long) gives every one of them back: each run goes on where the last
+// stopped.
+on_each_store!(a_closed_stream_of_hundreds_of_deliveries_gives_each_back);
+async fn a_closed_stream_of_hundreds_of_deliveries_gives_each_back(redis: TestStore) -> TestResult {
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    let tasks = (0..450).map(|n| task(&format!("t{n}"))).collect();
+    enqueue(&mut queues, "q", tasks).await?;
+    let mut stream = subscribe(&mut queues, subscribe_request("q", 450, 60_000)).await?;
+    next_tasks(&mut stream, 450).await;
+    drop(stream);
+    common::eventually("all 450 given back", common::WAIT, || {
+        let mut queues = queues.clone();
+        async move { stats(&mut queues, "q").await.ok() == Some((450, 0, 0, 0)) }
+    })
+    .await;
+    Ok(())
+}
+
 on_each_store!(a_closed_stream_on_a_last_attempt_makes_the_task_dead);
 async fn a_closed_stream_on_a_last_attempt_makes_the_task_dead(redis: TestStore) -> TestResult {
     let server = TestServer::start(&redis).await;

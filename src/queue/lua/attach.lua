@@ -23,7 +23,7 @@ if reclaim(now) then
   return again()
 end
 local out = {}
-each_leased(tag, function(entry, id, meta)
+each_leased(tag, '', -1, function(entry, id, meta)
   if meta and in_flight(meta.state) and meta.tag == tag and meta.lease_end > now then
     meta.session = session
     relet(id, meta, now + visibility_ms)
