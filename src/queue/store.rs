@@ -479,34 +479,22 @@ impl QueueStore {
         // Runs of at most TASKS_PER_LOOK, each after the last one's cursor, while the
         // reply has room for a task of any size. A run's failure after the first ends
         // the page where the runs before it stopped (its cursor goes on from there).
-        let (mut tasks, mut next) = self
-            .list_run(
-                queue,
-                state,
-                group,
-                limit.min(TASKS_PER_LOOK),
-                cursor,
-                REPLY_BUDGET_BYTES,
-            )
-            .await?;
-        let mut bytes: usize = tasks.iter().map(|t| t.payload.len()).sum();
-        for _ in 1..limit.div_ceil(TASKS_PER_LOOK) {
+        let (mut tasks, mut next, mut bytes) = (Vec::new(), cursor.cloned(), 0);
+        for run in 0..limit.div_ceil(TASKS_PER_LOOK).max(1) {
             let wanted = limit - tasks.len() as u32;
-            if wanted == 0 || next.is_none() || bytes + MAX_PAYLOAD_BYTES > REPLY_BUDGET_BYTES {
+            let room = bytes + MAX_PAYLOAD_BYTES <= REPLY_BUDGET_BYTES;
+            if run > 0 && (wanted == 0 || next.is_none() || !room) {
                 break;
             }
-            let run = self
-                .list_run(
-                    queue,
-                    state,
-                    group,
-                    wanted.min(TASKS_PER_LOOK),
-                    next.as_ref(),
-                    REPLY_BUDGET_BYTES - bytes,
-                )
-                .await;
-            let Ok((more, after)) = run else {
-                break;
+            let budget = REPLY_BUDGET_BYTES - bytes;
+            let look = wanted.min(TASKS_PER_LOOK);
+            let (more, after) = match self
+                .list_run(queue, state, group, look, next.as_ref(), budget)
+                .await
+            {
+                Ok(page) => page,
+                Err(err) if run == 0 => return Err(err),
+                Err(_) => break,
             };
             bytes += more.iter().map(|t| t.payload.len()).sum::<usize>();
             tasks.extend(more);
