@@ -1,4 +1,4 @@
-//! The guides, run exactly as printed: every `sh`, `python`, `ts`, `js` and `rust` block
+//! The guides, run exactly as printed: every `sh`, `python`, `ts`, `js`, `go` and `rust` block
 //! of the README and of the pages in `docs/` (a `rust` block is one of the crate's
 //! examples word for word, which `cargo test` builds). The Python and Node set-up commands (a virtual
 //! environment and stubs generated into their own directory; npm packages) run in a
@@ -152,6 +152,7 @@ fn fresh(made: &Path) -> bool {
         "sdk/python/turnstile_client",
         "sdk/typescript",
         "sdk/typescript/src",
+        "sdk/go",
     ]
     .iter()
     .flat_map(|dir| std::fs::read_dir(root.join(dir)).expect("a source dir"))
@@ -181,7 +182,7 @@ fn run_example(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("python");
+        .expect("the example's command");
     let (tx, rx) = mpsc::channel();
     let stdout = child.stdout.take().unwrap();
     std::thread::spawn(move || {
@@ -284,6 +285,8 @@ const PYTHON_STUBS_SETUP: &str = "grpc_tools.protoc";
 const TYPESCRIPT_SETUP: &str = "./sdk/typescript";
 /// The Node set-up block, found by this command.
 const NODE_SETUP: &str = "npm install";
+/// The Go library's set-up block (a module with a `replace` of it), found by this.
+const GO_SETUP: &str = "=./sdk/go";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_examples_run_as_printed() -> TestResult {
@@ -462,6 +465,53 @@ async fn the_typescript_examples_run_as_printed() -> TestResult {
             &LIBRARY_GUIDE[..],
             &[
                 "drained after [ 'thumb-0', 'thumb-1', 'thumb-2' ]",
+                "the worker answered {\"square\":144}",
+            ],
+        ]
+        .concat(),
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_go_examples_run_as_printed() -> TestResult {
+    let Some(guide) = prepare(&[GO_SETUP], "go-guide", "go.sum").await else {
+        return Ok(());
+    };
+    let examples = blocks("go");
+    assert!(
+        examples.len() >= 5,
+        "the Go examples went missing: {examples:?}"
+    );
+    // Each example is a main package of its own, built alone and then run (exec'd,
+    // so that stopping an example that runs on stops it, not a `go run` parent).
+    let build_and_run = "set -e; go build -o \"out/$(basename \"$1\" .go)\" \"$1\"; \
+                         exec \"out/$(basename \"$1\" .go)\"";
+    let mut all = Vec::new();
+    for block in examples {
+        let until = if block.code.contains("client.Campaign(") {
+            Some("leader now:")
+        } else if block.code.contains("until SIGTERM or Ctrl-C, then drains") {
+            Some("sending welcome-ada")
+        } else {
+            None
+        };
+        let dir = guide.dir.clone();
+        let addr = guide.server.addr.to_string();
+        let printed = tokio::task::spawn_blocking(move || {
+            let mut command = Command::new("bash");
+            command.args(["-c", build_and_run, "example"]);
+            run_example(command, &dir, &block, "go", &addr, until)
+        })
+        .await?;
+        all.extend(printed);
+    }
+    printed_all(
+        &all,
+        &[
+            &LIBRARY_GUIDE[..],
+            &[
+                "drained after [thumb-0 thumb-1 thumb-2]",
                 "the worker answered {\"square\":144}",
             ],
         ]
@@ -681,6 +731,7 @@ async fn the_shell_blocks_run_as_printed() -> TestResult {
         setup_block(PYTHON_STUBS_SETUP),
         setup_block(NODE_SETUP),
         setup_block(TYPESCRIPT_SETUP),
+        setup_block(GO_SETUP),
     ];
     let blocks: Vec<Block> = blocks("sh")
         .into_iter()
