@@ -1,6 +1,7 @@
 //! Clients in other languages against a real server: Python (grpcio, stubs generated
-//! from `proto/` at test time) and Node (`@grpc/grpc-js` with `@grpc/proto-loader`),
-//! each doing a lock round trip, Hold with a re-attach by token, Enqueue, Subscribe and
+//! from `proto/` at test time), Node (`@grpc/grpc-js` with `@grpc/proto-loader`) and Go
+//! (grpc-go on the stubs protoc-gen-go and protoc-gen-go-grpc made, `sdk/go/pb`, none of
+//! the library), each doing a lock round trip, Hold with a re-attach by token, Enqueue, Subscribe and
 //! Ack (`tests/interop/`). Their toolchains are set up once per target directory
 //! (a venv, a node_modules); where one cannot be installed the test says why and skips
 //! (under CI, where every toolchain is installed, it fails instead).
@@ -167,6 +168,37 @@ async fn a_node_client_loading_the_protos_holds_reattaches_and_works_a_queue() -
             .arg(server.metrics.to_string())
             .env("NODE_PATH", &modules),
         "node interop ok",
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_go_client_on_the_generated_stubs_holds_reattaches_and_works_a_queue() -> TestResult {
+    let client = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("interop-go");
+    let built = tokio::task::spawn_blocking({
+        let client = client.clone();
+        move || {
+            step(
+                Command::new("go")
+                    .args(["build", "-o"])
+                    .arg(&client)
+                    .arg(".")
+                    .current_dir(repo().join("tests/interop/go")),
+                "go build",
+            )
+        }
+    })
+    .await?;
+    if let Err(why) = built {
+        return skip("go interop", &why);
+    }
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    run_client(
+        tokio::process::Command::new(&client)
+            .arg(server.addr.to_string())
+            .arg(server.metrics.to_string()),
+        "go interop ok",
     )
     .await
 }
