@@ -1,4 +1,4 @@
-//! The guides, run exactly as printed: every `sh`, `python`, `ts`, `js`, `go` and `rust` block
+//! The guides, run exactly as printed: every `sh`, `python`, `ts`, `js`, `go`, `java` and `rust` block
 //! of the README and of the pages in `docs/` (a `rust` block is one of the crate's
 //! examples word for word, which `cargo test` builds). The Python and Node set-up commands (a virtual
 //! environment and stubs generated into their own directory; npm packages) run in a
@@ -89,18 +89,20 @@ fn setup_block(needle: &str) -> Block {
 /// `done` exists there already; false, printing why, when a tool or registry they need
 /// is not there.
 fn set_up(dir: &Path, setup: &str, done: &str) -> bool {
-    std::fs::create_dir_all(dir).unwrap();
-    for linked in ["proto", "sdk"] {
-        let link = dir.join(linked);
-        if !link.exists() {
-            std::os::unix::fs::symlink(Path::new(env!("CARGO_MANIFEST_DIR")).join(linked), &link)
-                .unwrap();
-        }
-    }
     // Done before, from the protos and the library as they are now (stubs made from
     // older protos would lack new fields).
     if fresh(&dir.join(done)) {
         return true;
+    }
+    // Else from scratch, as on a new machine (`go mod init` refuses an existing module).
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
+    for linked in ["proto", "sdk"] {
+        std::os::unix::fs::symlink(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join(linked),
+            dir.join(linked),
+        )
+        .unwrap();
     }
     let output = Command::new("bash")
         .args(["-euc", setup])
@@ -153,6 +155,7 @@ fn fresh(made: &Path) -> bool {
         "sdk/typescript",
         "sdk/typescript/src",
         "sdk/go",
+        "sdk/java/src/main/java/dev/turnstile/client",
     ]
     .iter()
     .flat_map(|dir| std::fs::read_dir(root.join(dir)).expect("a source dir"))
@@ -287,6 +290,9 @@ const TYPESCRIPT_SETUP: &str = "./sdk/typescript";
 const NODE_SETUP: &str = "npm install";
 /// The Go library's set-up block (a module with a `replace` of it), found by this.
 const GO_SETUP: &str = "=./sdk/go";
+/// The Java library's set-up block (`mvn install`, a project depending on it), found
+/// by this.
+const JAVA_SETUP: &str = "-f sdk/java/pom.xml install";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_examples_run_as_printed() -> TestResult {
@@ -414,47 +420,48 @@ async fn the_python_examples_run_as_printed() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_typescript_examples_run_as_printed() -> TestResult {
-    let Some(guide) = prepare(
-        &[TYPESCRIPT_SETUP],
-        "typescript-guide",
-        "node_modules/@turnstile/client/dist/index.js",
-    )
-    .await
-    else {
+/// A client library's guide: the set-up block that installs it, and the bash script
+/// that runs one of its examples (the example's file as `$1`).
+struct LibraryGuide {
+    language: &'static str,
+    setup: &'static str,
+    dir: &'static str,
+    /// A file the set-up makes, newer than the sources when it is current.
+    done: &'static str,
+    script: String,
+    /// What the graceful-shutdown example prints.
+    drained: &'static str,
+}
+
+/// Runs every example of a library's guide against a real server; the ones that run on
+/// (the leader, the worker until SIGTERM) until they printed what shows they work.
+async fn run_library_guide(library: LibraryGuide) -> TestResult {
+    let Some(guide) = prepare(&[library.setup], library.dir, library.done).await else {
         return Ok(());
     };
-    let examples = blocks("ts");
+    let examples = blocks(library.language);
     assert!(
         examples.len() >= 5,
-        "the TypeScript examples went missing: {examples:?}"
-    );
-    // Each example compiled as printed, with the library's own TypeScript, then run.
-    let sdk = Path::new(env!("CARGO_MANIFEST_DIR")).join("sdk/typescript/node_modules");
-    let compile_and_run = format!(
-        "set -e; node {tsc} --module nodenext --moduleResolution nodenext --target es2022 \\
-         --strict --skipLibCheck --types node --typeRoots {types} --outDir out \"$1\"; \\
-         exec node \"out/$(basename \"$1\" .ts).js\"",
-        tsc = sdk.join("typescript/bin/tsc").display(),
-        types = sdk.join("@types").display(),
+        "the {} examples went missing: {examples:?}",
+        library.language
     );
     let mut all = Vec::new();
     for block in examples {
-        let until = if block.code.contains("client.campaign(") {
+        let until = if block.code.to_lowercase().contains("client.campaign(") {
             Some("leader now:")
-        } else if block.code.contains("await worker.run(); // until SIGTERM") {
+        } else if block.code.contains("// until SIGTERM") {
             Some("sending welcome-ada")
         } else {
             None
         };
         let dir = guide.dir.clone();
         let addr = guide.server.addr.to_string();
-        let script = compile_and_run.clone();
+        let script = library.script.clone();
+        let extension = library.language;
         let printed = tokio::task::spawn_blocking(move || {
             let mut command = Command::new("bash");
             command.args(["-c", &script, "example"]);
-            run_example(command, &dir, &block, "ts", &addr, until)
+            run_example(command, &dir, &block, extension, &addr, until)
         })
         .await?;
         all.extend(printed);
@@ -463,10 +470,7 @@ async fn the_typescript_examples_run_as_printed() -> TestResult {
         &all,
         &[
             &LIBRARY_GUIDE[..],
-            &[
-                "drained after [ 'thumb-0', 'thumb-1', 'thumb-2' ]",
-                "the worker answered {\"square\":144}",
-            ],
+            &[library.drained, "the worker answered {\"square\":144}"],
         ]
         .concat(),
     );
@@ -474,50 +478,56 @@ async fn the_typescript_examples_run_as_printed() -> TestResult {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_typescript_examples_run_as_printed() -> TestResult {
+    // Each example compiled as printed, with the library's own TypeScript, then run.
+    let sdk = Path::new(env!("CARGO_MANIFEST_DIR")).join("sdk/typescript/node_modules");
+    run_library_guide(LibraryGuide {
+        language: "ts",
+        setup: TYPESCRIPT_SETUP,
+        dir: "typescript-guide",
+        done: "node_modules/@turnstile/client/dist/index.js",
+        script: format!(
+            "set -e; node {tsc} --module nodenext --moduleResolution nodenext --target es2022 \\
+             --strict --skipLibCheck --types node --typeRoots {types} --outDir out \"$1\"; \\
+             exec node \"out/$(basename \"$1\" .ts).js\"",
+            tsc = sdk.join("typescript/bin/tsc").display(),
+            types = sdk.join("@types").display(),
+        ),
+        drained: "drained after [ 'thumb-0', 'thumb-1', 'thumb-2' ]",
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_go_examples_run_as_printed() -> TestResult {
-    let Some(guide) = prepare(&[GO_SETUP], "go-guide", "go.sum").await else {
-        return Ok(());
-    };
-    let examples = blocks("go");
-    assert!(
-        examples.len() >= 5,
-        "the Go examples went missing: {examples:?}"
-    );
-    // Each example is a main package of its own, built alone and then run (exec'd,
-    // so that stopping an example that runs on stops it, not a `go run` parent).
-    let build_and_run = "set -e; go build -o \"out/$(basename \"$1\" .go)\" \"$1\"; \
-                         exec \"out/$(basename \"$1\" .go)\"";
-    let mut all = Vec::new();
-    for block in examples {
-        let until = if block.code.contains("client.Campaign(") {
-            Some("leader now:")
-        } else if block.code.contains("until SIGTERM or Ctrl-C, then drains") {
-            Some("sending welcome-ada")
-        } else {
-            None
-        };
-        let dir = guide.dir.clone();
-        let addr = guide.server.addr.to_string();
-        let printed = tokio::task::spawn_blocking(move || {
-            let mut command = Command::new("bash");
-            command.args(["-c", build_and_run, "example"]);
-            run_example(command, &dir, &block, "go", &addr, until)
-        })
-        .await?;
-        all.extend(printed);
-    }
-    printed_all(
-        &all,
-        &[
-            &LIBRARY_GUIDE[..],
-            &[
-                "drained after [thumb-0 thumb-1 thumb-2]",
-                "the worker answered {\"square\":144}",
-            ],
-        ]
-        .concat(),
-    );
-    Ok(())
+    // Each example is a main package of its own, built alone and then run (exec'd, so
+    // that stopping an example that runs on stops it, not a `go run` parent).
+    run_library_guide(LibraryGuide {
+        language: "go",
+        setup: GO_SETUP,
+        dir: "go-guide",
+        done: "go.sum",
+        script: "set -e; go build -o \"out/$(basename \"$1\" .go)\" \"$1\"; \\
+                 exec \"out/$(basename \"$1\" .go)\""
+            .to_owned(),
+        drained: "drained after [thumb-0 thumb-1 thumb-2]",
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_java_examples_run_as_printed() -> TestResult {
+    // Each example is a single-file program, run from source on the project's
+    // classpath as the page says.
+    run_library_guide(LibraryGuide {
+        language: "java",
+        setup: JAVA_SETUP,
+        dir: "java-guide",
+        done: "classpath.txt",
+        script: "exec java -cp \"$(cat classpath.txt)\" \"$1\"".to_owned(),
+        drained: "drained after [thumb-0, thumb-1, thumb-2]",
+    })
+    .await
 }
 
 /// What every library's guide prints, in any language: its lock, election, producer
@@ -732,6 +742,7 @@ async fn the_shell_blocks_run_as_printed() -> TestResult {
         setup_block(NODE_SETUP),
         setup_block(TYPESCRIPT_SETUP),
         setup_block(GO_SETUP),
+        setup_block(JAVA_SETUP),
     ];
     let blocks: Vec<Block> = blocks("sh")
         .into_iter()
