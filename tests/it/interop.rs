@@ -1,7 +1,8 @@
 //! Clients in other languages against a real server: Python (grpcio, stubs generated
 //! from `proto/` at test time), Node (`@grpc/grpc-js` with `@grpc/proto-loader`) and Go
 //! (grpc-go on the stubs protoc-gen-go and protoc-gen-go-grpc made, `sdk/go/pb`, none of
-//! the library), each doing a lock round trip, Hold with a re-attach by token, Enqueue, Subscribe and
+//! the library) and Java (grpc-java on stubs protoc and protoc-gen-grpc-java generate in
+//! its Maven build, none of the library), each doing a lock round trip, Hold with a re-attach by token, Enqueue, Subscribe and
 //! Ack (`tests/interop/`). Their toolchains are set up once per target directory
 //! (a venv, a node_modules); where one cannot be installed the test says why and skips
 //! (under CI, where every toolchain is installed, it fails instead).
@@ -199,6 +200,44 @@ async fn a_go_client_on_the_generated_stubs_holds_reattaches_and_works_a_queue()
             .arg(server.addr.to_string())
             .arg(server.metrics.to_string()),
         "go interop ok",
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_java_client_on_the_generated_stubs_holds_reattaches_and_works_a_queue() -> TestResult {
+    let project = repo().join("tests/interop/java");
+    let built = tokio::task::spawn_blocking({
+        let project = project.clone();
+        move || {
+            step(
+                Command::new("mvn")
+                    .args(["-q", "-B", "package", "dependency:build-classpath"])
+                    .arg("-Dmdep.outputFile=target/classpath.txt")
+                    .current_dir(&project),
+                "mvn package",
+            )
+        }
+    })
+    .await?;
+    if let Err(why) = built {
+        return skip("java interop", &why);
+    }
+    let classpath = std::fs::read_to_string(project.join("target/classpath.txt"))?;
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    run_client(
+        tokio::process::Command::new("java")
+            .arg("-cp")
+            .arg(format!(
+                "{}:{}",
+                project.join("target/classes").display(),
+                classpath.trim()
+            ))
+            .arg("interop.Interop")
+            .arg(server.addr.to_string())
+            .arg(server.metrics.to_string()),
+        "java interop ok",
     )
     .await
 }
