@@ -241,3 +241,44 @@ async fn a_java_client_on_the_generated_stubs_holds_reattaches_and_works_a_queue
     )
     .await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cpp_client_on_the_generated_stubs_holds_reattaches_and_works_a_queue() -> TestResult {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("interop-cpp");
+    let built = tokio::task::spawn_blocking({
+        let dir = dir.clone();
+        move || {
+            std::fs::create_dir_all(&dir).map_err(|err| err.to_string())?;
+            // Stubs from the protos as they are now, then the client built against
+            // them and Debian's libgrpc++ (about 20 s).
+            step(
+                Command::new("bash")
+                    .args([
+                        "-euc",
+                        "protoc -I \"$1/proto\" --cpp_out=. --grpc_out=. \
+                           --plugin=protoc-gen-grpc=\"$(command -v grpc_cpp_plugin)\" \
+                           \"$1\"/proto/turnstile/v1/{common,lock,queue}.proto; \
+                         g++ -std=c++17 -I . -o interop \"$1/tests/interop/cpp/interop.cc\" \
+                           turnstile/v1/*.cc $(pkg-config --cflags --libs grpc++ protobuf)",
+                        "build",
+                    ])
+                    .arg(repo())
+                    .current_dir(&dir),
+                "protoc and g++ (libgrpc++-dev, protobuf-compiler-grpc)",
+            )
+        }
+    })
+    .await?;
+    if let Err(why) = built {
+        return skip("c++ interop", &why);
+    }
+    let redis = TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    run_client(
+        tokio::process::Command::new(dir.join("interop"))
+            .arg(server.addr.to_string())
+            .arg(server.metrics.to_string()),
+        "cpp interop ok",
+    )
+    .await
+}
