@@ -219,12 +219,12 @@ public final class Client implements AutoCloseable {
    * Takes {@code options.permits()} (default 1) of the semaphore {@code name} whose limit is
    * {@code limit}, first come first served; held and waited for as {@link #lock} is.
    */
-  public Lease semaphore(String name, int limit, Duration ttl, LeaseOptions options) {
-    return Lease.acquire(rpc, Lease.Kind.semaphore(rpc, name, limit, ttl, options), options.waitOrNull());
+  public Permit semaphore(String name, int limit, Duration ttl, LeaseOptions options) {
+    return (Permit) Lease.acquire(rpc, Lease.Kind.semaphore(rpc, name, limit, ttl, options), options.waitOrNull());
   }
 
   /** A semaphore permit, waiting without end. */
-  public Lease semaphore(String name, int limit, Duration ttl) {
+  public Permit semaphore(String name, int limit, Duration ttl) {
     return semaphore(name, limit, ttl, LeaseOptions.defaults());
   }
 

@@ -20,7 +20,7 @@ import turnstile.v1.SemaphoreServiceGrpc;
  * #onLost} listeners run, only when the lease is really gone, never for a re-attach that
  * kept it. Close it (try-with-resources) to release it.
  */
-public final class Lease implements AutoCloseable {
+public class Lease implements AutoCloseable {
   private static final System.Logger LOG = System.getLogger(Lease.class.getName());
   /** The longest wait one Hold takes (the server's bound); longer waits ask again. */
   private static final Duration MAX_WAIT = Duration.ofHours(1);
@@ -38,7 +38,7 @@ public final class Lease implements AutoCloseable {
   private volatile boolean released;
   private HoldStream stream;
 
-  private Lease(Kind kind, HoldStream stream, Event acquired) {
+  Lease(Kind kind, HoldStream stream, Event acquired) {
     this.name = kind.name;
     this.owner = kind.owner;
     this.kind = kind;
@@ -234,7 +234,7 @@ public final class Lease implements AutoCloseable {
         failed = err;
       }
       if (first != null && first.token != null) {
-        return new Lease(kind, stream, first);
+        return kind.permits > 0 ? new Permit(kind, stream, first) : new Lease(kind, stream, first);
       }
       stream.cancel();
       boolean expired = end != null && System.nanoTime() >= end;
@@ -314,15 +314,18 @@ public final class Lease implements AutoCloseable {
     final String name;
     final String owner;
     final Duration ttl;
+    /** A semaphore's permits taken; 0 for a lock. */
+    final int permits;
     private final java.util.function.BiFunction<String, Duration, HoldStream> opener;
     final java.util.function.Function<String, Boolean> release;
 
-    private Kind(String name, String owner, Duration ttl,
+    private Kind(String name, String owner, Duration ttl, int permits,
         java.util.function.BiFunction<String, Duration, HoldStream> opener,
         java.util.function.Function<String, Boolean> release) {
       this.name = name;
       this.owner = owner;
       this.ttl = ttl;
+      this.permits = permits;
       this.opener = opener;
       this.release = release;
     }
@@ -333,7 +336,7 @@ public final class Lease implements AutoCloseable {
 
     static Kind lock(Rpc rpc, String name, Duration ttl, LeaseOptions options) {
       LockServiceGrpc.LockServiceBlockingStub stub = LockServiceGrpc.newBlockingStub(rpc.channel);
-      return new Kind(name, options.owner(), ttl, (token, wait) -> {
+      return new Kind(name, options.owner(), ttl, 0, (token, wait) -> {
         Lock.HoldRequest request = Lock.HoldRequest.newBuilder().setName(name).setOwner(options.owner())
             .setTtl(Rpc.duration(ttl)).setWait(Rpc.duration(wait)).setToken(token).build();
         Context.CancellableContext context = Context.current().withCancellation();
@@ -344,7 +347,7 @@ public final class Lease implements AutoCloseable {
 
     static Kind semaphore(Rpc rpc, String name, int limit, Duration ttl, LeaseOptions options) {
       SemaphoreServiceGrpc.SemaphoreServiceBlockingStub stub = SemaphoreServiceGrpc.newBlockingStub(rpc.channel);
-      return new Kind(name, options.owner(), ttl, (token, wait) -> {
+      return new Kind(name, options.owner(), ttl, options.permits(), (token, wait) -> {
         Semaphore.SemaphoreServiceHoldRequest request = Semaphore.SemaphoreServiceHoldRequest.newBuilder()
             .setName(name).setOwner(options.owner()).setLimit(limit).setPermits(options.permits())
             .setTtl(Rpc.duration(ttl)).setWait(Rpc.duration(wait)).setToken(token).build();

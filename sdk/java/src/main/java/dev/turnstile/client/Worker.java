@@ -186,7 +186,8 @@ public final class Worker implements AutoCloseable {
           stop();
           return;
         }
-        LOG.log(Level.WARNING, "turnstile: the worker's stream on " + queue + " was cut; opening it again: " + err.getStatus());
+        LOG.log(Level.WARNING, "turnstile: the worker's stream on " + queue + " was cut; opening it again: "
+            + err.getStatus().getCode() + " " + err.getStatus().getDescription());
       }
       if (context.isCancelled()) {
         return;

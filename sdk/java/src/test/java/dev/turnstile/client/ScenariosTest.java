@@ -207,7 +207,10 @@ class ScenariosTest {
       Thread thread = new Thread(() -> {
         try (Client client = Client.create(url)) {
           for (int i = 0; i < 5; i++) {
-            try (Lease permit = client.semaphore("pool", 3, Duration.ofSeconds(10), LeaseOptions.defaults().owner(owner))) {
+            try (Permit permit = client.semaphore("pool", 3, Duration.ofSeconds(10), LeaseOptions.defaults().owner(owner))) {
+              if (permit.permits() != 1) {
+                throw new AssertionError("permits " + permit.permits());
+              }
               most.accumulateAndGet(holders.incrementAndGet(), Math::max);
               Harness.sleep(10); // the work done under the permit
               holders.decrementAndGet();
