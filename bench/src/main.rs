@@ -10,6 +10,7 @@
 //! Redis, and the Redis handle for the floors.
 
 mod compare;
+mod cost;
 mod dashboard;
 mod groups;
 mod idle;
@@ -115,6 +116,10 @@ pub enum Scenario {
     /// tasks, 100,000 groups, windows and DEAD tasks, 10,000 schedules and locks of one
     /// owner), from Redis' slow log. Not in the default set: filling takes minutes.
     Limits,
+    /// Instructions per operation of the server and of Redis under valgrind's callgrind
+    /// (a figure noise cannot move): 2,000 lock cycles, 2,000 tasks with one Ack,
+    /// 2,000 grouped tasks. Not in the default set: valgrind runs them 50× slower.
+    Cost,
     /// `lock` and a queue run over 6 queues on one Redis and on a 3-primary Redis
     /// Cluster, each under 1 and 3 server replicas, and on a Redis with a replica
     /// under --redis-wait-replicas 1: started here whatever --server says.
@@ -161,6 +166,9 @@ pub struct BenchArgs {
     /// `limits` at this fraction of its sizes (the smoke test runs a hundredth).
     #[arg(long, default_value_t = 1.0, hide = true)]
     pub limits_fraction: f64,
+    /// Operations of each `cost` workload (the smoke test runs fewer).
+    #[arg(long, default_value_t = 2_000, hide = true)]
+    pub cost_ops: u64,
     /// Serve the no-op gRPC lock server (the transport floor) instead: how the bench
     /// starts its own child.
     #[arg(long, hide = true)]
@@ -221,7 +229,7 @@ async fn run(args: BenchArgs) -> Result<(), String> {
         Scenario::value_variants()
             .iter()
             .copied()
-            .filter(|scenario| *scenario != Scenario::Limits)
+            .filter(|scenario| ![Scenario::Limits, Scenario::Cost].contains(scenario))
             .collect()
     } else {
         args.scenarios.clone()
@@ -379,6 +387,7 @@ async fn one_scenario(
             Scenario::Schedules => vec![schedules::schedules(target).await?],
             Scenario::Worker => vec![worker::worker(target).await?],
             Scenario::Limits => vec![limits::limits(target, args.limits_fraction).await?],
+            Scenario::Cost => vec![cost::cost(target, args.cost_ops).await?],
             Scenario::Scale => scale::scale(target.bin(), args.concurrency, args.duration).await?,
         }
     })

@@ -73,13 +73,14 @@ fn bench_json(args: &[&str], scenarios: &[&str], reported: &[&str]) -> Vec<serde
     assert_eq!(lines.len(), reported.len(), "{lines:?}");
     for (line, scenario) in lines.iter().zip(reported) {
         assert_eq!(line["scenario"], *scenario, "{line}");
-        // `limits` has no rate: its figures are the longest script runs.
-        if *scenario != "limits" {
+        // `limits` and `cost` have no rate: their figures are the longest script runs
+        // and instructions per operation.
+        if !["limits", "cost"].contains(scenario) {
             assert_fields(line, &["ops_per_s"]);
         }
         // `idle`, `worker` and `limits` time nothing: their figures are Redis commands per
         // second and RSS, and tasks per second.
-        if !["idle", "worker", "limits"].contains(scenario) {
+        if !["idle", "worker", "limits", "cost"].contains(scenario) {
             assert_fields(line, &["p50_ms", "p99_ms", "max_ms"]);
         }
     }
@@ -349,4 +350,36 @@ fn bench_limits_reads_each_script_s_longest_run_from_the_slow_log() {
     );
     assert!(line["scripts_over_5_ms"].as_u64().is_some(), "{line}");
     assert!(line["longest_runs_ms"].is_string(), "{line}");
+}
+
+#[test]
+fn bench_cost_counts_each_operation_s_instructions_under_callgrind() {
+    if std::process::Command::new("valgrind")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must run bench cost: valgrind is not installed"
+        );
+        eprintln!("SKIPPED bench cost: valgrind is not installed (apt install valgrind)");
+        return;
+    }
+    // A tenth of the operations: the smoke test checks the counts come back and are
+    // sane, not their size (the full run is in docs/performance.md).
+    let lines = bench_json(&["--cost-ops", "200"], &["cost"], &["cost"]);
+    let line = &lines[0];
+    for workload in ["lock", "queue", "grouped"] {
+        for process in ["server", "redis"] {
+            let instructions = line[format!("{workload}_{process}_instr")].as_f64();
+            // Every operation runs thousands of instructions in each process.
+            assert!(
+                instructions.is_some_and(|n| n > 1_000.0 && n < 100_000_000.0),
+                "{workload} {process}: {line}"
+            );
+        }
+        let ratio = line[format!("{workload}_server_per_redis")].as_f64();
+        assert!(ratio.is_some_and(f64::is_finite), "{line}");
+    }
 }
