@@ -156,8 +156,14 @@ impl Counted {
 
 /// Instructions per operation of each workload, for the server and for Redis.
 /// `ops` operations of each workload (2,000 by default; the smoke test runs fewer).
-pub async fn cost(target: &Target, ops: u64) -> Result<Report, String> {
-    let dir = std::env::temp_dir().join(format!("turnstile-bench-cost-{}", std::process::id()));
+/// With `keep`, the callgrind dumps are left in that directory for `callgrind_annotate`
+/// (`server.out.1` is the lock workload, `.2` the queue, `.3` the grouped; the same for
+/// `redis.out.*`).
+pub async fn cost(target: &Target, ops: u64, keep: Option<&Path>) -> Result<Report, String> {
+    let dir = match keep {
+        Some(dir) => dir.to_owned(),
+        None => std::env::temp_dir().join(format!("turnstile-bench-cost-{}", std::process::id())),
+    };
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|err| err.to_string())?;
     let port = free_port().map_err(|err| err.to_string())?.to_string();
@@ -274,7 +280,9 @@ pub async fn cost(target: &Target, ops: u64) -> Result<Report, String> {
     }
     let _ = server.child.kill().await;
     let _ = redis.child.kill().await;
-    let _ = std::fs::remove_dir_all(&dir);
+    if keep.is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     Ok(report)
 }
 

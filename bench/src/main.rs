@@ -169,6 +169,9 @@ pub struct BenchArgs {
     /// Operations of each `cost` workload (the smoke test runs fewer).
     #[arg(long, default_value_t = 2_000, hide = true)]
     pub cost_ops: u64,
+    /// Keep `cost`'s callgrind dumps in this directory (for `callgrind_annotate`).
+    #[arg(long, value_name = "DIR")]
+    pub cost_keep: Option<PathBuf>,
     /// Serve the no-op gRPC lock server (the transport floor) instead: how the bench
     /// starts its own child.
     #[arg(long, hide = true)]
@@ -387,7 +390,9 @@ async fn one_scenario(
             Scenario::Schedules => vec![schedules::schedules(target).await?],
             Scenario::Worker => vec![worker::worker(target).await?],
             Scenario::Limits => vec![limits::limits(target, args.limits_fraction).await?],
-            Scenario::Cost => vec![cost::cost(target, args.cost_ops).await?],
+            Scenario::Cost => {
+                vec![cost::cost(target, args.cost_ops, args.cost_keep.as_deref()).await?]
+            }
             Scenario::Scale => scale::scale(target.bin(), args.concurrency, args.duration).await?,
         }
     })
