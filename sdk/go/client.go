@@ -14,7 +14,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"fmt"
 	"net"
 	"os"
 	"strings"
@@ -79,11 +78,11 @@ func New(opts Options) (*Client, error) {
 		if caCert != "" {
 			pem, err := os.ReadFile(caCert)
 			if err != nil {
-				return nil, &Error{Code: codeInvalidArgument, Message: fmt.Sprintf("ca_cert: %v", err)}
+				return nil, invalid("ca_cert: %v", err)
 			}
 			pool := x509.NewCertPool()
 			if !pool.AppendCertsFromPEM(pem) {
-				return nil, &Error{Code: codeInvalidArgument, Message: "ca_cert: " + caCert + " holds no PEM certificate"}
+				return nil, invalid("ca_cert: %s holds no PEM certificate", caCert)
 			}
 			config.RootCAs = pool
 		}
@@ -92,7 +91,7 @@ func New(opts Options) (*Client, error) {
 		dial = append(dial, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	}
 	if token != "" {
-		dial = append(dial, grpc.WithPerRPCCredentials(bearer{token: token, secure: secure}))
+		dial = append(dial, grpc.WithPerRPCCredentials(bearer{token: token}))
 	}
 	if len(hosts) > 1 {
 		// Several replicas: a resolver of their addresses, tried in turn (pick_first
@@ -108,7 +107,7 @@ func New(opts Options) (*Client, error) {
 	}
 	conn, err := grpc.NewClient(target, dial...)
 	if err != nil {
-		return nil, &Error{Code: codeInvalidArgument, Message: "server: " + err.Error()}
+		return nil, invalid("server: %v", err)
 	}
 	return &Client{
 		conn: conn,
@@ -144,7 +143,7 @@ func parseServer(server string) (target string, hosts []string, secure bool, err
 		scheme, rest = "http", server
 	}
 	if scheme != "http" && scheme != "https" {
-		return "", nil, false, &Error{Code: codeInvalidArgument, Message: fmt.Sprintf("server: %q must start with http:// or https://", server)}
+		return "", nil, false, invalid("server: %q must start with http:// or https://", server)
 	}
 	for _, host := range strings.Split(strings.TrimRight(rest, "/"), ",") {
 		if host = strings.TrimSpace(host); host != "" {
@@ -152,13 +151,13 @@ func parseServer(server string) (target string, hosts []string, secure bool, err
 		}
 	}
 	if len(hosts) == 0 {
-		return "", nil, false, &Error{Code: codeInvalidArgument, Message: fmt.Sprintf("server: %q names no host", server)}
+		return "", nil, false, invalid("server: %q names no host", server)
 	}
 	if len(hosts) > 1 {
 		for _, host := range hosts {
 			name, _, splitErr := net.SplitHostPort(host)
 			if splitErr != nil || net.ParseIP(name) == nil {
-				return "", nil, false, &Error{Code: codeInvalidArgument, Message: fmt.Sprintf("server: %q: a list of replicas takes IP addresses with ports", host)}
+				return "", nil, false, invalid("server: %q: a list of replicas takes IP addresses with ports", host)
 			}
 		}
 	}
@@ -167,8 +166,7 @@ func parseServer(server string) (target string, hosts []string, secure bool, err
 
 // bearer sends the token with every call.
 type bearer struct {
-	token  string
-	secure bool
+	token string
 }
 
 func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {

@@ -9,8 +9,6 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-const codeInvalidArgument = codes.InvalidArgument
-
 // Error is a call the server (or the library, for a bad argument it can see
 // itself) refused: the gRPC code and the server's message, which names the field
 // for INVALID_ARGUMENT. Compare with errors.Is against ErrInvalidArgument,
@@ -93,18 +91,21 @@ func fromStatus(err error) error {
 
 // final reports a code a long-lived stream will not get past by opening again.
 func final(err error) bool {
-	switch status.Code(err) {
+	code := status.Code(err)
+	var known *Error
+	if errors.As(err, &known) {
+		code = known.Code
+	}
+	switch code {
 	case codes.InvalidArgument, codes.Unauthenticated, codes.PermissionDenied,
 		codes.FailedPrecondition, codes.Unimplemented:
 		return true
 	}
-	var known *Error
-	if errors.As(err, &known) {
-		switch known.Code {
-		case codes.InvalidArgument, codes.Unauthenticated, codes.PermissionDenied,
-			codes.FailedPrecondition, codes.Unimplemented:
-			return true
-		}
-	}
 	return false
+}
+
+// invalid is the INVALID_ARGUMENT of a bad argument the library sees itself; the
+// message starts with the field's name, as the server's do.
+func invalid(format string, args ...any) *Error {
+	return &Error{Code: codes.InvalidArgument, Message: fmt.Sprintf(format, args...)}
 }

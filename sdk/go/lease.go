@@ -56,16 +56,18 @@ var (
 // across processes.
 func DefaultOwner() string {
 	ownerOnce.Do(func() {
-		hostPid, _ := defaultHostPid()
-		owner = hostPid + "-" + randomHex(3)
+		owner = hostPid() + "-" + randomHex(3)
 	})
 	return owner
 }
 
-// defaultHostPid is <host>-<pid>.
-func defaultHostPid() (string, error) {
+// hostPid is <host>-<pid> (the host "localhost" when it has no name).
+func hostPid() string {
 	host, err := os.Hostname()
-	return fmt.Sprintf("%s-%d", host, os.Getpid()), err
+	if err != nil {
+		host = "localhost"
+	}
+	return fmt.Sprintf("%s-%d", host, os.Getpid())
 }
 
 func randomHex(n int) string {

@@ -222,7 +222,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 func (q *Queue) Peek(ctx context.Context, state TaskState, limit uint32) ([]*Task, error) {
 	wire, ok := statesToWire[state]
 	if !ok {
-		return nil, &Error{Code: codeInvalidArgument, Message: "state: \"" + string(state) + "\" is not a task state"}
+		return nil, invalid("state: %q is not a task state", state)
 	}
 	reply, err := retry(ctx, func(ctx context.Context) (*pb.PeekResponse, error) {
 		return q.c.Raw.Queues.Peek(ctx, &pb.PeekRequest{Queue: q.Name, State: wire, Limit: limit})

@@ -51,7 +51,7 @@ type Schedule struct {
 
 func (s ScheduleSpec) wire() (*pb.Schedule, error) {
 	if (s.Cron == "") == (s.Every == 0) {
-		return nil, &Error{Code: codeInvalidArgument, Message: "cron: give exactly one of Cron and Every"}
+		return nil, invalid("cron: give exactly one of Cron and Every")
 	}
 	wire := &pb.Schedule{
 		Name: s.Name, Queue: s.Queue, TimeZone: s.TimeZone, Paused: s.Paused,

@@ -131,8 +131,7 @@ func (c *Client) Worker(queue string, handler Handler, opts WorkerOptions) *Work
 		running: map[string]*run{}, cut: map[string]bool{},
 	}
 	if w.WorkerID == "" {
-		host, _ := defaultHostPid()
-		w.WorkerID = host + "-" + randomHex(3)
+		w.WorkerID = hostPid() + "-" + randomHex(3)
 	}
 	if w.visibility <= 0 {
 		w.visibility = 30 * time.Second

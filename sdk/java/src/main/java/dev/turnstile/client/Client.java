@@ -12,7 +12,6 @@ import io.grpc.ManagedChannel;
 import io.grpc.ManagedChannelBuilder;
 import io.grpc.Metadata;
 import io.grpc.MethodDescriptor;
-import io.grpc.Status;
 import io.grpc.TlsChannelCredentials;
 import java.io.File;
 import java.io.IOException;
@@ -272,9 +271,5 @@ public final class Client implements AutoCloseable {
     } catch (InterruptedException err) {
       Thread.currentThread().interrupt();
     }
-  }
-
-  static TurnstileException invalid(String message) {
-    return TurnstileException.of(Status.Code.INVALID_ARGUMENT, message);
   }
 }

@@ -12,14 +12,13 @@ import io.grpc.StatusRuntimeException;
 public class TurnstileException extends RuntimeException {
   private static final long serialVersionUID = 1L;
   private final Status.Code code;
+  private final String details;
 
   public TurnstileException(Status.Code code, String message) {
     super(code + ": " + message);
     this.code = code;
     this.details = message;
   }
-
-  private final String details;
 
   /** The gRPC status code. */
   public Status.Code code() {
