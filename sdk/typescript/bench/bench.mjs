@@ -5,9 +5,10 @@
 //   cd sdk/typescript && npm install && npm test    # builds dist/ and the test harness
 //   cd bench && npm install && TURNSTILE_BIN=../../../target/release/turnstile node bench.mjs
 //
-// Each round enqueues TASKS tasks, then drains them with a no-op handler at
-// concurrency 8: the raw loop (one Subscribe, an Ack per task as soon as it arrives),
-// the library's worker, and BullMQ's Worker (its jobs added with addBulk beforehand).
+// Each round enqueues TASKS tasks, then drains them with a no-op handler at the same
+// concurrency for each (8 and 256 unless CONCURRENCY lists others): the raw loop (one
+// Subscribe, an Ack per task as soon as it arrives), the library's worker, and BullMQ's
+// Worker (its jobs added with addBulk beforehand).
 import { Client, protos } from "@turnstile/client";
 import * as grpc from "@grpc/grpc-js";
 import { Queue as BullQueue, Worker as BullWorker } from "bullmq";
@@ -16,7 +17,7 @@ import { Redis, Server } from "../dist-test/test/harness.js";
 
 const TASKS = Number(process.env.TASKS ?? 20000);
 const ROUNDS = Number(process.env.ROUNDS ?? 3);
-const CONCURRENCY = 8;
+const CONCURRENCIES = (process.env.CONCURRENCY ?? "8,256").split(",").map(Number);
 
 async function fill(client, queue) {
   for (let start = 0; start < TASKS; start += 1000) {
@@ -24,13 +25,13 @@ async function fill(client, queue) {
   }
 }
 
-async function raw(server, queue) {
+async function raw(server, queue, concurrency) {
   const { QueueService } = protos();
   const stub = new QueueService(server.addr, grpc.credentials.createInsecure());
   let done = 0;
   const started = performance.now();
   await new Promise((resolve, reject) => {
-    const call = stub.Subscribe({ queue, max_in_flight: CONCURRENCY });
+    const call = stub.Subscribe({ queue, max_in_flight: concurrency });
     call.on("data", (message) => {
       if (message.event !== "task") return;
       stub.Ack({ queue, receipts: [message.task.receipt] }, (err) => {
@@ -48,20 +49,20 @@ async function raw(server, queue) {
   return rate;
 }
 
-async function library(server, queue) {
+async function library(server, queue, concurrency) {
   const client = new Client({ server: server.url });
   let done = 0;
   const started = performance.now();
   const worker = client.worker(queue, async () => {
     if (++done === TASKS) worker.stop();
-  }, { concurrency: CONCURRENCY, handleSignals: false });
+  }, { concurrency, handleSignals: false });
   await worker.run(); // returns once drained: every ack sent
   const rate = TASKS / ((performance.now() - started) / 1000);
   await client.close();
   return rate;
 }
 
-async function bullmq(redis, name) {
+async function bullmq(redis, name, concurrency) {
   const connection = { host: "127.0.0.1", port: redis.port, maxRetriesPerRequest: null };
   const queue = new BullQueue(name, { connection });
   for (let start = 0; start < TASKS; start += 1000) {
@@ -71,7 +72,7 @@ async function bullmq(redis, name) {
   const started = performance.now();
   let finish;
   const finished = new Promise((resolve) => (finish = resolve));
-  const worker = new BullWorker(name, async () => undefined, { connection, concurrency: CONCURRENCY });
+  const worker = new BullWorker(name, async () => undefined, { connection, concurrency });
   worker.on("completed", () => ++done === TASKS && finish());
   await finished;
   const rate = TASKS / ((performance.now() - started) / 1000);
@@ -84,20 +85,25 @@ const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const redis = await Redis.start();
 const server = await Server.start(redis);
 const filler = new Client({ server: server.url });
-const rates = { raw: [], library: [], bullmq: [] };
+const rates = new Map(CONCURRENCIES.map((c) => [c, { raw: [], library: [], bullmq: [] }]));
 try {
   for (let round = 1; round <= ROUNDS; round++) {
-    await fill(filler, `raw-${round}`);
-    rates.raw.push(await raw(server, `raw-${round}`));
-    await fill(filler, `lib-${round}`);
-    rates.library.push(await library(server, `lib-${round}`));
-    rates.bullmq.push(await bullmq(redis, `bull-${round}`));
-    console.log(`round ${round}: raw ${rates.raw.at(-1).toFixed(0)}, library ${rates.library.at(-1).toFixed(0)}, bullmq ${rates.bullmq.at(-1).toFixed(0)} tasks/s`);
+    for (const c of CONCURRENCIES) {
+      const r = rates.get(c);
+      await fill(filler, `raw-${c}-${round}`);
+      r.raw.push(await raw(server, `raw-${c}-${round}`, c));
+      await fill(filler, `lib-${c}-${round}`);
+      r.library.push(await library(server, `lib-${c}-${round}`, c));
+      r.bullmq.push(await bullmq(redis, `bull-${c}-${round}`, c));
+      console.log(`round ${round}, concurrency ${c}: raw ${r.raw.at(-1).toFixed(0)}, library ${r.library.at(-1).toFixed(0)}, bullmq ${r.bullmq.at(-1).toFixed(0)} tasks/s`);
+    }
   }
 } finally {
   await filler.close();
   await server.kill();
   await redis.close();
 }
-const [r, l, b] = [median(rates.raw), median(rates.library), median(rates.bullmq)];
-console.log(`library worker: ${l.toFixed(0)} tasks/s, ${(l / r).toFixed(2)} of the raw loop (${r.toFixed(0)}), ${(l / b).toFixed(2)} x BullMQ (${b.toFixed(0)})`);
+for (const [c, r] of rates) {
+  const [raw, lib, bull] = [median(r.raw), median(r.library), median(r.bullmq)];
+  console.log(`concurrency ${c}: library worker ${lib.toFixed(0)} tasks/s, ${(lib / raw).toFixed(2)} of the raw loop (${raw.toFixed(0)}), ${(lib / bull).toFixed(2)} x BullMQ (${bull.toFixed(0)})`);
+}
