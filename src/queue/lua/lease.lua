@@ -56,27 +56,38 @@ local out, writes, leases, ends = {0, held_back or ''}, {}, {}, ending()
 -- auto_ack: each delivery ends ACKED as it starts; a queue that keeps ended tasks
 -- keeps it as COMPLETED (no result).
 local keep, kept, acked = auto_ack and keeping() ~= nil, 0, 0
+local lease_end, nw = now + visibility, 0
 for n, id in ipairs(ids) do
-  local meta = raws[n] and decode(raws[n])
-  if meta then
+  local raw = raws[n]
+  if raw and auto_ack then
+    local meta = decode(raw)
     take(meta, now)
-    if auto_ack then
-      acked = acked + 1
-      announce(now, id, meta, 'completed', (redis.call('HGET', attempts, id) or '') ..
-        pack_attempt(meta.attempt, now, now, OUT_ACKED, '', ''), '')
-      if keep then
-        record_attempt(id, meta, now, OUT_ACKED)
-        keep_ended(id, meta, COMPLETED, completed, now)
-        kept = kept + 1
-      else
-        ends.forget(id, meta, now)
-      end
+    acked = acked + 1
+    announce(now, id, meta, 'completed', (redis.call('HGET', attempts, id) or '') ..
+      pack_attempt(meta.attempt, now, now, OUT_ACKED, '', ''), '')
+    if keep then
+      record_attempt(id, meta, now, OUT_ACKED)
+      keep_ended(id, meta, COMPLETED, completed, now)
+      kept = kept + 1
     else
-      lease_out(id, meta, receipt_prefix, now + visibility)
-      writes[#writes + 1] = id; writes[#writes + 1] = encode(meta)
-      leases[#leases + 1] = lease_end_score; leases[#leases + 1] = due[n]
+      ends.forget(id, meta, now)
     end
     push_row(out, id, meta, bodies[n], now, failures[n], progresses[n])
+  elseif raw then
+    -- take() and lease_out() on the unpacked fields, not a meta table: a table per
+    -- delivery (and its garbage) cost more than the delivery's commands.
+    local seq, due_at, enqueued_at, attempt, max_attempts, dedupe_ms, size, _, _, _, _, _,
+      priority, group = meta_fields(raw)
+    attempt = attempt + 1
+    local receipt = receipt_of(receipt_prefix, id)
+    nw = nw + 2
+    writes[nw - 1] = id
+    writes[nw] = pack_fields(seq, due_at, enqueued_at, attempt, max_attempts, dedupe_ms, size,
+      lease_end, IN_FLIGHT, receipt, '', '', priority, group, now)
+    leases[nw - 1] = lease_end_score
+    leases[nw] = due[n]
+    push_fields(out, id, bodies[n], 'in_flight', due_at, enqueued_at, attempt, max_attempts,
+      receipt, lease_end, group, priority, failures[n], progresses[n])
   end
 end
 write_deliveries(flow.on and 0 or #ids, writes, leases)

@@ -121,9 +121,7 @@ local function add(args, first, stride, now, channel, message)
     if #members > 0 then
       bulk('ZADD', pending, members)
     end
-    for group, count in pairs(added) do
-      count_group(group, G_WAITING, count)
-    end
+    count_waiting_up(added)
     r.place()
     if channel then
       redis.call('PUBLISH', channel, message)

@@ -19,3 +19,15 @@ local function hmget(key, ids)
   end
   return values
 end
+
+-- The scores of members in zset key (false where it has none), by ZMSCORE.
+local function zmscore(key, members)
+  local scores = {}
+  for from = 1, #members, 4000 do
+    local got = redis.call('ZMSCORE', key, unpack(members, from, math.min(from + 3999, #members)))
+    for i = 1, #got do
+      scores[from + i - 1] = got[i]
+    end
+  end
+  return scores
+end

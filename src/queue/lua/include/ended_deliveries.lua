@@ -26,7 +26,7 @@ local function deliveries_ended(ended, order)
     local left = number_of(states[at + 1]) - ended[group]
     if left > 0 then
       sets[#sets + 1] = fields[at + 1]
-      sets[#sets + 1] = left
+      sets[#sets + 1] = int_text(left)
     else
       dels[#dels + 1] = fields[at + 1]
       if holds_nothing(states[at + 2], false, states[at + 3], states[at + 4], states[at + 5]) then
@@ -39,9 +39,7 @@ local function deliveries_ended(ended, order)
   bulk('HDEL', groups, dels)
   bulk('ZREM', group_index, idle)
   if number_of(flow.cfg.group_max_in_flight) > 0 then
-    for _, group in ipairs(order) do
-      consider(group)
-    end
+    consider_all(order, false)
   end
   return number_of(flow.cfg.max_in_flight) > 0 or number_of(flow.cfg.group_max_in_flight) > 0
 end

@@ -11,6 +11,7 @@
 -- This helper holds the script's view of flow mode (open_flow) and each group's
 -- counts in `groups` (fields named by the constants below), and turns flow mode on.
 --- @include "keys"
+--- @include "bulk"
 
 -- The fields of a group's state in `groups`, each `<group>\0<field>`.
 -- Waiting tasks (DELAYED or READY), tasks in flight, DEAD tasks:
@@ -36,7 +37,17 @@ local function open_flow(now)
 end
 
 local function number_of(text)
-  return tonumber(text or '0') or 0
+  if not text then
+    return 0
+  end
+  return tonumber(text) or 0
+end
+
+-- An integer as the text a command takes: a Lua number given to redis.call is
+-- formatted as a double (snprintf "%.17g"), several times dearer than "%d" (float
+-- formatting was 8% of a grouped delivery's Redis instructions under callgrind).
+local function int_text(n)
+  return string.format('%d', n)
 end
 
 -- A group's state field.
@@ -70,6 +81,29 @@ local function count_group(group, field, delta)
     redis.call('HDEL', groups, gfield(group, field))
     drop_if_idle(group)
   end
+end
+
+-- Counts up the waiting tasks of groups (added: group -> how many), in three commands
+-- however many groups (count_group() for each was two or three).
+local function count_waiting_up(added)
+  local names, fields = {}, {}
+  for group in pairs(added) do
+    names[#names + 1] = group
+    fields[#fields + 1] = gfield(group, G_WAITING)
+  end
+  if #names == 0 then
+    return
+  end
+  local index, sets = {}, {}
+  local counts = hmget(groups, fields)
+  for k, group in ipairs(names) do
+    index[2 * k - 1] = '0'
+    index[2 * k] = group
+    sets[2 * k - 1] = fields[k]
+    sets[2 * k] = int_text(number_of(counts[k]) + added[group])
+  end
+  bulk('ZADD', group_index, index)
+  bulk('HSET', groups, sets)
 end
 
 -- Turns flow mode on (for good: the tasks waiting in pending are promoted as due).

@@ -53,22 +53,31 @@ local function pick(n, budget, now, auto_ack)
       break
     end
     local alone = #heads == 1 and redis.call('ZCARD', rotation) == 1
-    local fields = {}
+    -- Each group's weight, credit, in-flight count, head, waiting count and (with a
+    -- group rate limit) limiter, at (k - 1) * per + 1..6.
+    local fields, nf, per = {}, 0, group_limit and 6 or 5
     for _, group in ipairs(heads) do
-      for _, field in ipairs({G_WEIGHT, G_CREDIT, G_IN_FLIGHT, G_HEAD, G_TAT, G_WAITING}) do
-        fields[#fields + 1] = gfield(group, field)
+      local prefix = group .. '\0'
+      fields[nf + 1] = prefix .. G_WEIGHT
+      fields[nf + 2] = prefix .. G_CREDIT
+      fields[nf + 3] = prefix .. G_IN_FLIGHT
+      fields[nf + 4] = prefix .. G_HEAD
+      fields[nf + 5] = prefix .. G_WAITING
+      if group_limit then
+        fields[nf + 6] = prefix .. G_TAT
       end
+      nf = nf + per
     end
     local states = hmget(groups, fields)
     -- Each group's plan, as if every group before it delivered all it wants: how many
     -- it wants, its next entries, whether it waits for a task not yet READY; then the
     -- metas of every candidate in one HMGET.
-    local plans, candidates, planned = {}, {}, 0
+    local plans, candidates, entry_members, planned = {}, {}, {}, 0
     for k, group in ipairs(heads) do
       if planned >= n - #ids then
         break
       end
-      local at = (k - 1) * 6
+      local at = (k - 1) * per
       local weight, credit, in_flight = number_of(states[at + 1]), number_of(states[at + 2]),
         number_of(states[at + 3])
       local head = states[at + 4]
@@ -96,12 +105,15 @@ local function pick(n, budget, now, auto_ack)
         entries = group_entries(group, want + 1)
       end
       local first = #candidates
+      local skip = #group + 18
       for c = 1, math.min(#entries, math.max(want, 0)) do
-        candidates[#candidates + 1] = id_of(member_of_entry(group, entries[c]))
+        local member_text = string.sub(entries[c], skip)
+        candidates[first + c] = string.sub(member_text, 17)
+        entry_members[first + c] = member_text
       end
       planned = planned + math.max(want, 0)
       plans[k] = {weight = weight, credit = credit, in_flight = in_flight, head = head,
-        tat = tonumber(states[at + 5]), waiting = number_of(states[at + 6]), want = want,
+        tat = group_limit and tonumber(states[at + 6]), waiting = number_of(states[at + 5]), want = want,
         entries = entries, waits = waits, first = first}
     end
     local metas = hmget(tasks, candidates)
@@ -116,12 +128,9 @@ local function pick(n, budget, now, auto_ack)
         break
       end
       local weight, credit, in_flight, head = plan.weight, plan.credit, plan.in_flight, plan.head
-      -- A turn's count is stored only while a group stays first with turns left.
-      local function drop_credit()
-        if plan.credit > 0 then
-          drops[#drops + 1] = gfield(group, G_CREDIT)
-        end
-      end
+      -- A turn's count is stored only while a group stays first with turns left: it
+      -- goes when the group leaves first place (had_credit).
+      local had_credit = plan.credit > 0
       local group_tat, want, entries, waits = plan.tat, plan.want, plan.entries, plan.waits
       local delivered, looked, group_wait = 0, 0, 0
       if #entries > 0 and want > 0 then
@@ -148,7 +157,7 @@ local function pick(n, budget, now, auto_ack)
             delivered = delivered + 1
             ids[#ids + 1] = id
             raws[#raws + 1] = raw
-            members[#members + 1] = member_of_entry(group, entries[c])
+            members[#members + 1] = entry_members[plan.first + c]
             if queue_limit then
               queue_tat = limiter_take(queue_limit, queue_tat, now)
             end
@@ -158,7 +167,7 @@ local function pick(n, budget, now, auto_ack)
           end
           looked = c
           taken[#taken + 1] = entries[c]
-          gone[#gone + 1] = member_of_entry(group, entries[c])
+          gone[#gone + 1] = entry_members[plan.first + c]
         end
       end
       if delivered > 0 then
@@ -166,12 +175,12 @@ local function pick(n, budget, now, auto_ack)
         if not auto_ack then
           in_flight = in_flight + delivered
           writes[#writes + 1] = gfield(group, G_IN_FLIGHT)
-          writes[#writes + 1] = in_flight
+          writes[#writes + 1] = int_text(in_flight)
         end
         local waiting = plan.waiting - delivered
         if waiting > 0 then
           writes[#writes + 1] = gfield(group, G_WAITING)
-          writes[#writes + 1] = waiting
+          writes[#writes + 1] = int_text(waiting)
         else
           drops[#drops + 1] = gfield(group, G_WAITING)
           if auto_ack then
@@ -198,25 +207,33 @@ local function pick(n, budget, now, auto_ack)
         end
         if waits or not more then
           outs[#outs + 1] = group
-          drop_credit()
+          if had_credit then
+            drops[#drops + 1] = gfield(group, G_CREDIT)
+          end
         elseif group_cap > 0 and in_flight >= group_cap then
           outs[#outs + 1] = group
-          drop_credit()
+          if had_credit then
+            drops[#drops + 1] = gfield(group, G_CREDIT)
+          end
           wakes[#wakes + 1] = CAPPED
           wakes[#wakes + 1] = group
           held[#held + 1] = 'group_max_in_flight'
         elseif group_wait > 0 then
           held[#held + 1] = 'group_rate_limit'
           outs[#outs + 1] = group
-          drop_credit()
+          if had_credit then
+            drops[#drops + 1] = gfield(group, G_CREDIT)
+          end
           wakes[#wakes + 1] = string.format('%d', math.ceil(now + group_wait))
           wakes[#wakes + 1] = group
         elseif credit >= weight or delivered == 0 then
-          drop_credit()
+          if had_credit then
+            drops[#drops + 1] = gfield(group, G_CREDIT)
+          end
           backs[#backs + 1] = group
         elseif delivered > 0 then
           writes[#writes + 1] = gfield(group, G_CREDIT)
-          writes[#writes + 1] = credit
+          writes[#writes + 1] = int_text(credit)
         end
       end
     end
@@ -243,7 +260,7 @@ local function pick(n, budget, now, auto_ack)
       local turn = redis.call('HINCRBY', config, 'turn', #backs) - #backs
       local moves = {}
       for k, group in ipairs(backs) do
-        moves[#moves + 1] = turn + k
+        moves[#moves + 1] = int_text(turn + k)
         moves[#moves + 1] = group
       end
       bulk('ZADD', rotation, moves)

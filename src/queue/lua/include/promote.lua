@@ -26,9 +26,7 @@ local function readying()
     if #entries > 0 then
       bulk('ZADD', ready, entries)
       bulk('ZADD', ranked, ranks)
-      for _, group in ipairs(order) do
-        consider(group)
-      end
+      consider_all(order, true)
     end
   end
   return r
