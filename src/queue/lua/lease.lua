@@ -74,20 +74,12 @@ for n, id in ipairs(ids) do
     end
     push_row(out, id, meta, bodies[n], now, failures[n], progresses[n])
   elseif raw then
-    -- take() and lease_out() on the unpacked fields, not a meta table: a table per
-    -- delivery (and its garbage) cost more than the delivery's commands.
-    local seq, due_at, enqueued_at, attempt, max_attempts, dedupe_ms, size, _, _, _, _, _,
-      priority, group = meta_fields(raw)
-    attempt = attempt + 1
-    local receipt = receipt_of(receipt_prefix, id)
     nw = nw + 2
     writes[nw - 1] = id
-    writes[nw] = pack_fields(seq, due_at, enqueued_at, attempt, max_attempts, dedupe_ms, size,
-      lease_end, IN_FLIGHT, receipt, '', '', priority, group, now)
+    writes[nw] = lease_packed(out, id, raw, receipt_prefix, lease_end, '', '', now, bodies[n],
+      failures[n], progresses[n])
     leases[nw - 1] = lease_end_score
     leases[nw] = due[n]
-    push_fields(out, id, bodies[n], 'in_flight', due_at, enqueued_at, attempt, max_attempts,
-      receipt, lease_end, group, priority, failures[n], progresses[n])
   end
 end
 write_deliveries(flow.on and 0 or #ids, writes, leases)

@@ -71,24 +71,16 @@ local function dispatch_to(now, now_us, receipt_prefix, budget, args, first, las
       local stream = streams[k]
       stream.free = stream.free - 1
       stream.held = stream.held + 1
-      -- take() and lease_out() on the unpacked fields (the old lease's are replaced).
-      local seq, due_at, enqueued_at, attempt, max_attempts, dedupe_ms, size, _, _, _, _, _,
-        priority, group = meta_fields(raw)
-      attempt = attempt + 1
-      local receipt = receipt_of(receipt_prefix, id)
       nw = nw + 2
       writes[nw - 1] = id
-      writes[nw] = pack_fields(seq, due_at, enqueued_at, attempt, max_attempts, dedupe_ms,
-        size, stream.lease_end, IN_FLIGHT, receipt, stream.tag, stream.session, priority, group,
-        now)
+      -- The stream's index, then the task's row.
+      out[#out + 1] = k
+      writes[nw] = lease_packed(out, id, raw, receipt_prefix, stream.lease_end, stream.tag,
+        stream.session, now, bodies[n], failures[n], progresses[n])
       leases[nw - 1] = stream.lease_end_score
       leases[nw] = due[n]
       entries[nw - 1] = '0'
       entries[nw] = leased_entry(stream.tag, id)
-      -- The stream's index, then the task's row.
-      out[#out + 1] = k
-      push_fields(out, id, bodies[n], 'in_flight', due_at, enqueued_at, attempt, max_attempts,
-        receipt, stream.lease_end, group, priority, failures[n], progresses[n])
       k = k % #streams + 1
     end
   end

@@ -5,6 +5,7 @@
 --- @include "bulk"
 --- @include "load"
 --- @include "receipt"
+--- @include "push_row"
 -- Takes a pending task out at `now` (the caller removes its pending member): attempt
 -- + 1.
 local function take(meta, now)
@@ -41,4 +42,21 @@ local function relet(id, meta, lease_end)
   meta.lease_end = lease_end
   store(id, meta)
   redis.call('ZADD', inflight, 'XX', lease_end, member_of(meta, id))
+end
+
+-- take() and lease_out() on a packed pending meta's fields, not a meta table (a table
+-- per delivery, and its garbage, cost more than the delivery's commands): leases the
+-- task `id` until lease_end (tag and session '' for a Lease), appends its reply row to
+-- out (push_fields(), with its payload, last error and progress) and returns its new
+-- packed meta.
+local function lease_packed(out, id, raw, prefix, lease_end, tag, session, now, payload,
+    last_error, said)
+  local seq, due_at, enqueued_at, attempt, max_attempts, dedupe_ms, size, _, _, _, _, _,
+    priority, group = meta_fields(raw)
+  attempt = attempt + 1
+  local receipt = receipt_of(prefix, id)
+  push_fields(out, id, payload, 'in_flight', due_at, enqueued_at, attempt, max_attempts,
+    receipt, lease_end, group, priority, last_error, said)
+  return pack_fields(seq, due_at, enqueued_at, attempt, max_attempts, dedupe_ms, size,
+    lease_end, IN_FLIGHT, receipt, tag, session, priority, group, now)
 end
