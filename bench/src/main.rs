@@ -116,6 +116,9 @@ pub enum Scenario {
     /// tasks, 100,000 groups, windows and DEAD tasks, 10,000 schedules and locks of one
     /// owner), from Redis' slow log. Not in the default set: filling takes minutes.
     Limits,
+    /// `limits` on a Redis Cluster of three primaries started here (whatever --server
+    /// says), every node's slow log. Not in the default set.
+    LimitsCluster,
     /// Instructions per operation of the server and of Redis under valgrind's callgrind
     /// (a figure noise cannot move): 2,000 lock cycles, 2,000 tasks with one Ack,
     /// 2,000 grouped tasks. Not in the default set: valgrind runs them 50× slower.
@@ -232,7 +235,9 @@ async fn run(args: BenchArgs) -> Result<(), String> {
         Scenario::value_variants()
             .iter()
             .copied()
-            .filter(|scenario| ![Scenario::Limits, Scenario::Cost].contains(scenario))
+            .filter(|scenario| {
+                ![Scenario::Limits, Scenario::LimitsCluster, Scenario::Cost].contains(scenario)
+            })
             .collect()
     } else {
         args.scenarios.clone()
@@ -261,8 +266,11 @@ async fn against(
     if args.server.is_some() {
         return Err("--against starts both servers itself: leave out --server".into());
     }
-    if scenarios.contains(&Scenario::Scale) {
-        return Err("--against does not take `scale`, which starts its own topologies".into());
+    if scenarios.contains(&Scenario::Scale) || scenarios.contains(&Scenario::LimitsCluster) {
+        return Err(
+            "--against does not take `scale` or `limits-cluster`, which start their own stores"
+                .into(),
+        );
     }
     let this = Target::start(bin, None, args.redis_url.clone()).await?;
     let redis_url = this.redis_url.clone().unwrap_or_default();
@@ -390,6 +398,9 @@ async fn one_scenario(
             Scenario::Schedules => vec![schedules::schedules(target).await?],
             Scenario::Worker => vec![worker::worker(target).await?],
             Scenario::Limits => vec![limits::limits(target, args.limits_fraction).await?],
+            Scenario::LimitsCluster => {
+                vec![limits::limits_cluster(target.bin(), args.limits_fraction).await?]
+            }
             Scenario::Cost => {
                 vec![cost::cost(target, args.cost_ops, args.cost_keep.as_deref()).await?]
             }

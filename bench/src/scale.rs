@@ -32,7 +32,7 @@ const STARTUP: Duration = Duration::from_secs(20);
 
 /// What the servers keep their state in.
 #[derive(Clone, Copy, Debug)]
-enum Store {
+pub(crate) enum Store {
     /// One Redis.
     One,
     /// Three primaries, no replicas (`--redis-cluster`).
@@ -125,7 +125,7 @@ async fn measure(
 
 /// Starts `store`'s Redis processes: the `--redis-url` to give the servers, their other
 /// arguments, and the processes (killed when dropped).
-async fn start_store(
+pub(crate) async fn start_store(
     store: Store,
     dir: &Path,
 ) -> Result<(String, Vec<&'static str>, Vec<Child>), String> {

@@ -75,12 +75,12 @@ fn bench_json(args: &[&str], scenarios: &[&str], reported: &[&str]) -> Vec<serde
         assert_eq!(line["scenario"], *scenario, "{line}");
         // `limits` and `cost` have no rate: their figures are the longest script runs
         // and instructions per operation.
-        if !["limits", "cost"].contains(scenario) {
+        if !["limits", "limits_cluster", "cost"].contains(scenario) {
             assert_fields(line, &["ops_per_s"]);
         }
         // `idle`, `worker` and `limits` time nothing: their figures are Redis commands per
         // second and RSS, and tasks per second.
-        if !["idle", "worker", "limits", "cost"].contains(scenario) {
+        if !["idle", "worker", "limits", "limits_cluster", "cost"].contains(scenario) {
             assert_fields(line, &["p50_ms", "p99_ms", "max_ms"]);
         }
     }
@@ -350,6 +350,22 @@ fn bench_limits_reads_each_script_s_longest_run_from_the_slow_log() {
     );
     assert!(line["scripts_over_5_ms"].as_u64().is_some(), "{line}");
     assert!(line["longest_runs_ms"].is_string(), "{line}");
+    // The rewrites wait until the run is over: no fork's copy-on-write in the figures.
+    assert_eq!(line["forks_during_run"], 0, "{line}");
+}
+
+#[test]
+fn bench_limits_cluster_reads_every_node_s_slow_log() {
+    let lines = bench_json(
+        &["--limits-fraction", "0.01"],
+        &["limits-cluster"],
+        &["limits_cluster"],
+    );
+    let line = &lines[0];
+    // Queues' keys land on different primaries: each one's slow log is read.
+    assert_eq!(line["redis_nodes"], 3, "{line}");
+    assert!(line["longest_runs_ms"].is_string(), "{line}");
+    assert_eq!(line["forks_during_run"], 0, "{line}");
 }
 
 #[test]

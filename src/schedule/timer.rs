@@ -49,9 +49,9 @@ const MAX_FIRING: usize = 64;
 /// The most fires in one run (one script call into one queue), and their most
 /// payload bytes: the fires due at one instant into one queue go together, so 10,000
 /// schedules firing each second into a few queues cost a few dozen script runs a
-/// second. 50, not more: 100 in one run held Redis 8.4 ms in `bench limits` (200:
-/// 7.2–9.8 ms), so a run of 50 stays near 4 ms even on a busy machine.
-const MAX_BATCH: usize = 50;
+/// second. 25, not more: 100 in one run held Redis 8.4 ms in `bench limits` (200:
+/// 7.2–9.8 ms, 50: 4.9–5.8 ms).
+const MAX_BATCH: usize = 25;
 const MAX_BATCH_BYTES: usize = 2 * 1024 * 1024;
 /// The most due schedules taken from the queue at once.
 const MAX_TAKE: usize = 5_000;

@@ -25,6 +25,12 @@ local grace, left, cursor = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 
 local now = now_ms()
 open_flow(now)
+if flow.on and grace == 0 then
+  -- A delivery given back in flow mode also moves its group's counts and place (twice
+  -- the commands): half the budget (100 of 100,000 groups' deliveries held Redis
+  -- 5.6 ms in `bench limits`).
+  left = math.ceil(left / 2)
+end
 local returned, kept, finished, ends = 0, 0, 0, ending()
 for i = 6, #ARGV, 2 do
   if left == 0 then

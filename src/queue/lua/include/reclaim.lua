@@ -10,18 +10,22 @@
 --- @include "give_back"
 --- @include "keep"
 --- @include "keep_dead"
+--- @include "group_state"
 -- The most expired leases one run returns: a few ms of work, so no run blocks Redis
--- for long however many leases ran out at once. 200, not more: an expiry that ends a
--- task DEAD (its history, the DEAD set, its retention) is 50 us of Redis, and 1,000
--- in one run held Redis 11 ms (`bench limits`).
-local RECLAIM_PER_RUN = 200
+-- for long however many leases ran out at once. 100, not more: an expiry that ends a
+-- task DEAD (its history, the DEAD set, its retention) is about 28 us of Redis; 1,000
+-- in one run held Redis 11 ms and 200 5.6 ms (`bench limits`, a Lease of a queue whose
+-- 100,000 leases ran out). In flow mode an expiry also moves its group's counts and
+-- place (twice the commands), so half as many.
+local RECLAIM_PER_RUN, RECLAIM_PER_FLOW_RUN = 100, 50
 
--- Returns at most RECLAIM_PER_RUN expired leases. True when it returned that many, so
+-- Returns at most RECLAIM_PER_RUN (in flow mode RECLAIM_PER_FLOW_RUN) expired leases. True when it returned that many, so
 -- more may be waiting: the script then does nothing else and answers again(), and its
 -- store runs it again.
 local function reclaim(now)
-  local expired = redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 0,
-    RECLAIM_PER_RUN)
+  local per_run = flow.on and RECLAIM_PER_FLOW_RUN or RECLAIM_PER_RUN
+  local expired = redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', '0',
+    string.format('%d', per_run))
   local ends, orphans = ending(), {}
   for _, entry in ipairs(expired) do
     local id = id_of(entry)
@@ -42,7 +46,7 @@ local function reclaim(now)
     prune(cancelled, now, 0)
   end
   prune_dead(now, 0)
-  return #expired == RECLAIM_PER_RUN
+  return #expired == per_run
 end
 
 -- The answer of a script that only returned expired leases this run.
