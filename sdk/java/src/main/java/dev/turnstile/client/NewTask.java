@@ -36,6 +36,11 @@ public final class NewTask {
     return new NewTask(text.getBytes(StandardCharsets.UTF_8));
   }
 
+  /** A task whose payload is {@code value} as JSON (a record, a map, a list, a string...). */
+  public static NewTask json(Object value) {
+    return new NewTask(Json.encode(value));
+  }
+
   public NewTask id(String id) {
     this.id = id;
     return this;

@@ -90,6 +90,16 @@ public final class Task {
     return new String(payload, StandardCharsets.UTF_8);
   }
 
+  /**
+   * The payload as JSON read into a {@code type} (a record or class by its fields' names,
+   * {@code Map.class}, {@code List.class}...).
+   *
+   * @throws IllegalArgumentException when the payload is not JSON of that shape
+   */
+  public <T> T json(Class<T> type) {
+    return Json.decode(payload, type);
+  }
+
   public TaskState state() {
     return state;
   }
@@ -168,6 +178,11 @@ public final class Task {
   /** Sets what the task returns when its handler succeeds (at most 64 KiB). */
   public void setResult(byte[] data) {
     handlerResult = data.clone();
+  }
+
+  /** {@link #setResult(byte[])} with {@code value} as JSON. */
+  public void setResultJson(Object value) {
+    handlerResult = Json.encode(value);
   }
 
   byte[] takeProgress() {

@@ -550,21 +550,28 @@ class ScenariosTest {
     }
   }
 
+  /** A payload and a result as JSON. */
+  record Numbered(int n) {}
+
   @Test
   void aCallReturnsTheHandlersResultAndAFailedOneItsReason() throws Exception {
     Client client = client(server().url());
     running(client.worker("squares", task -> {
-      int n = Integer.parseInt(task.text().replaceAll("[^0-9]", ""));
+      int n = task.json(Numbered.class).n();
       if (n == 13) {
         throw new Fail("unlucky");
       }
-      task.setResult(("{\"square\":" + n * n + "}").getBytes(StandardCharsets.UTF_8));
+      task.setResultJson(Map.of("square", n * n));
     }, quiet().concurrency(2)));
     Queue queue = client.queue("squares");
-    byte[] result = queue.call(NewTask.of("{\"n\":7}").id("seven"), Duration.ofSeconds(30));
+    byte[] result = queue.call(NewTask.json(new Numbered(7)).id("seven"), Duration.ofSeconds(30));
     assertEquals("{\"square\":49}", new String(result, StandardCharsets.UTF_8));
+    // A payload that is not JSON of the shape asked for says so.
+    Task text = new Task(turnstile.v1.Common.Task.newBuilder()
+        .setPayload(com.google.protobuf.ByteString.copyFromUtf8("seven")).build(), "squares");
+    assertThrows(IllegalArgumentException.class, () -> text.json(Numbered.class));
     TaskFailedException failed = assertThrows(TaskFailedException.class,
-        () -> queue.call(NewTask.of("{\"n\":13}").id("thirteen"), Duration.ofSeconds(30)));
+        () -> queue.call(NewTask.json(new Numbered(13)).id("thirteen"), Duration.ofSeconds(30)));
     assertEquals(TaskState.DEAD, failed.state());
     assertEquals("unlucky", failed.lastError());
     Task story = queue.get("thirteen");
