@@ -80,9 +80,18 @@ impl LockStore {
         let mut place = None;
         let mut permit = None;
         loop {
+            // The first try waits its turn (`limits::FIRST_TRIES`): a burst of waiting
+            // calls must not have all their tries in flight at once.
+            let turn = match place {
+                None if will_wait => {
+                    Some(stop.until(self.limits.first_try(), &self.shutdown).await?)
+                }
+                _ => None,
+            };
             // Boxed for the time of the call: inline, its state would stay in the
             // waiting task for the whole wait (measured in `bench idle`).
             let attempt = Box::pin(self.try_acquire(spec, &token, will_wait, &mut indexed)).await;
+            drop(turn);
             let now = Instant::now();
             let wait_over = !will_wait || timer.is_over(now);
             let holder = match attempt {

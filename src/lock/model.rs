@@ -2,12 +2,16 @@
 //! outcomes (`Lease`, `Holder`, `AcquireOutcome`, `Won`, `Description`). Plain data,
 //! except [`Won`], which gives its lease back unless claimed.
 
-use std::time::Duration;
+use std::{future::Future, time::Duration};
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::{error::Result, redis::reply, shutdown::Unclaimed};
+use crate::{
+    error::Result,
+    redis::reply,
+    shutdown::{Shutdown, Unclaimed},
+};
 
 /// What a caller asks for when taking a lock.
 #[derive(Clone, Debug)]
@@ -140,6 +144,22 @@ pub struct Stop {
 }
 
 impl Stop {
+    /// `turn`, unless the caller leaves, the server shuts down or the deadline passes
+    /// first (then why, as [`Stop::error`]).
+    pub async fn until<T>(&self, turn: impl Future<Output = T>, shutdown: &Shutdown) -> Result<T> {
+        let deadline = async {
+            match self.deadline {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            done = turn => Ok(done),
+            () = self.cancel.cancelled() => Err(self.error(shutdown.is_triggered())),
+            () = deadline => Err(self.error(shutdown.is_triggered())),
+        }
+    }
+
     /// Why a wait stopped: the server shutting down, the deadline, or the caller gone.
     pub fn error(&self, shutting_down: bool) -> crate::error::Error {
         use crate::error::Error;

@@ -115,9 +115,17 @@ impl SemaphoreStore {
         let mut timer = WaitTimer::new(spec.wait);
         let mut permit = None;
         loop {
+            // The first try waits its turn (`limits::FIRST_TRIES`), as a lock's does.
+            let turn = match place {
+                None if will_wait => {
+                    Some(stop.until(self.limits.first_try(), &self.shutdown).await?)
+                }
+                _ => None,
+            };
             let tried = self
                 .try_acquire(spec, &token, will_wait.then_some(ticket))
                 .await;
+            drop(turn);
             let now = Instant::now();
             let wait_over = !will_wait || timer.is_over(now);
             let next_ms = match tried {

@@ -120,14 +120,18 @@ async fn keep_completed(queues: &mut Queues, age_ms: i64, count: u32) -> TestRes
     Ok(())
 }
 
-on_each_store!(every_way_a_delivery_ends_is_in_the_task_s_history);
+on_each_store!(every_way_a_delivery_ends_is_in_the_task_s_history, own cluster);
 async fn every_way_a_delivery_ends_is_in_the_task_s_history(redis: TestStore) -> TestResult {
     let server = TestServer::start(&redis).await;
     let mut queues = server.queues().await;
     enqueue(&mut queues, vec![spec("a", 4)]).await?;
-    // 1: nacked with a reason, by a Subscribe worker with a worker_id.
+    // 1: nacked with a reason, by a Subscribe worker with a worker_id. Its stream is
+    // closed first, and the Nack waits until the server has seen it close (the stream
+    // gauge, then the feed's detach script): a Nack that came first freed the stream's
+    // slot while the feed still held it, and the feed sent the task to the closing stream
+    // again (a CI run read attempt 3 below).
     let (stream, first) = first_delivery(&mut queues, "w-7").await?;
-    drop(stream);
+    closed(&server, &redis, stream).await;
     queues
         .nack(nack(&first.receipt, "disk full", false))
         .await?;
@@ -704,6 +708,23 @@ async fn ended_tasks_list_by_when_they_ended(redis: TestStore) -> TestResult {
 }
 
 /// Opens a Subscribe stream and returns it with its first delivery.
+/// Closes a Subscribe stream and waits until the server has seen it close: the stream
+/// gauge reads none open and the feed's detach script has run. A Nack sent before that
+/// could free the closing stream's slot while the feed still held it, and the feed sent
+/// the task to it again (a CI run read one attempt too many).
+async fn closed(
+    server: &TestServer,
+    redis: &TestStore,
+    stream: tonic::Streaming<turnstile::pb::SubscribeResponse>,
+) {
+    let scripts = redis.command_calls("evalsha").await;
+    drop(stream);
+    server
+        .wait_metric("turnstile_streams_open{kind=\"subscribe\"}", 0.0)
+        .await;
+    redis.wait_command_calls_above("evalsha", scripts).await;
+}
+
 async fn first_delivery(
     queues: &mut Queues,
     worker_id: &str,
@@ -724,7 +745,7 @@ async fn first_delivery(
     }
 }
 
-on_each_store!(the_history_follows_cut_streams_re_attaches_and_an_ended_grace);
+on_each_store!(the_history_follows_cut_streams_re_attaches_and_an_ended_grace, own cluster);
 async fn the_history_follows_cut_streams_re_attaches_and_an_ended_grace(
     redis: TestStore,
 ) -> TestResult {
@@ -740,9 +761,10 @@ async fn the_history_follows_cut_streams_re_attaches_and_an_ended_grace(
     drop(stream);
     let (stream, again) = first_delivery(&mut queues, "w-r").await?;
     assert_eq!(again.receipt, first.receipt, "re-attached, not redelivered");
-    // Closed first (its delivery stays leased to w-r for the grace), so the Nack's
-    // freed slot does not bring the task straight back to this stream.
-    drop(stream);
+    // Closed first (its delivery stays leased to w-r for the grace), and the Nack
+    // waits until the server has seen it close, so the Nack's freed slot does not bring
+    // the task straight back to this stream.
+    closed(&server, &redis, stream).await;
     queues.nack(nack(&again.receipt, "retry me", false)).await?;
     // 2: a stream without a worker_id closes: its delivery ends at once.
     let (stream, second) = first_delivery(&mut queues, "").await?;
