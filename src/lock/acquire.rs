@@ -82,12 +82,9 @@ impl LockStore {
         loop {
             // The first try waits its turn (`limits::FIRST_TRIES`): a burst of waiting
             // calls must not have all their tries in flight at once.
-            let turn = match place {
-                None if will_wait => {
-                    Some(stop.until(self.limits.first_try(), &self.shutdown).await?)
-                }
-                _ => None,
-            };
+            let turn = stop
+                .first_try(place.is_none() && will_wait, &self.limits, &self.shutdown)
+                .await?;
             // Boxed for the time of the call: inline, its state would stay in the
             // waiting task for the whole wait (measured in `bench idle`).
             let attempt = Box::pin(self.try_acquire(spec, &token, will_wait, &mut indexed)).await;

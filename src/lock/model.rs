@@ -4,11 +4,12 @@
 
 use std::{future::Future, time::Duration};
 
-use tokio::time::Instant;
+use tokio::{sync::OwnedSemaphorePermit, time::Instant};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
     error::Result,
+    limits::Limits,
     redis::reply,
     shutdown::{Shutdown, Unclaimed},
 };
@@ -144,9 +145,23 @@ pub struct Stop {
 }
 
 impl Stop {
+    /// A waiting call's turn for its first try (`limits::FIRST_TRIES`), held until the
+    /// try is answered; none for a later try or a call that does not wait.
+    pub async fn first_try(
+        &self,
+        first: bool,
+        limits: &Limits,
+        shutdown: &Shutdown,
+    ) -> Result<Option<OwnedSemaphorePermit>> {
+        if !first {
+            return Ok(None);
+        }
+        self.until(limits.first_try(), shutdown).await.map(Some)
+    }
+
     /// `turn`, unless the caller leaves, the server shuts down or the deadline passes
     /// first (then why, as [`Stop::error`]).
-    pub async fn until<T>(&self, turn: impl Future<Output = T>, shutdown: &Shutdown) -> Result<T> {
+    async fn until<T>(&self, turn: impl Future<Output = T>, shutdown: &Shutdown) -> Result<T> {
         let deadline = async {
             match self.deadline {
                 Some(at) => tokio::time::sleep_until(at).await,

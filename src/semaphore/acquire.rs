@@ -116,12 +116,9 @@ impl SemaphoreStore {
         let mut permit = None;
         loop {
             // The first try waits its turn (`limits::FIRST_TRIES`), as a lock's does.
-            let turn = match place {
-                None if will_wait => {
-                    Some(stop.until(self.limits.first_try(), &self.shutdown).await?)
-                }
-                _ => None,
-            };
+            let turn = stop
+                .first_try(place.is_none() && will_wait, &self.limits, &self.shutdown)
+                .await?;
             let tried = self
                 .try_acquire(spec, &token, will_wait.then_some(ticket))
                 .await;

@@ -199,7 +199,7 @@ local function pick(n, budget, now, auto_ack)
       -- The group's place: out when it cannot deliver (back by consider() or a
       -- wake-up), at the back when its turn is used up, else still first.
       if not stop or delivered > 0 then
-        local more
+        local more, keeps_first = nil, false
         if head or want <= 0 then
           more = has_ready(group)
         else
@@ -207,33 +207,26 @@ local function pick(n, budget, now, auto_ack)
         end
         if waits or not more then
           outs[#outs + 1] = group
-          if had_credit then
-            drops[#drops + 1] = gfield(group, G_CREDIT)
-          end
         elseif group_cap > 0 and in_flight >= group_cap then
           outs[#outs + 1] = group
-          if had_credit then
-            drops[#drops + 1] = gfield(group, G_CREDIT)
-          end
-          wakes[#wakes + 1] = CAPPED
+          wakes[#wakes + 1] = CAPPED_TEXT
           wakes[#wakes + 1] = group
           held[#held + 1] = 'group_max_in_flight'
         elseif group_wait > 0 then
           held[#held + 1] = 'group_rate_limit'
           outs[#outs + 1] = group
-          if had_credit then
-            drops[#drops + 1] = gfield(group, G_CREDIT)
-          end
           wakes[#wakes + 1] = string.format('%d', math.ceil(now + group_wait))
           wakes[#wakes + 1] = group
         elseif credit >= weight or delivered == 0 then
-          if had_credit then
-            drops[#drops + 1] = gfield(group, G_CREDIT)
-          end
           backs[#backs + 1] = group
-        elseif delivered > 0 then
+        else
+          -- Still first, with turns left: its count is kept.
+          keeps_first = true
           writes[#writes + 1] = gfield(group, G_CREDIT)
           writes[#writes + 1] = int_text(credit)
+        end
+        if had_credit and not keeps_first then
+          drops[#drops + 1] = gfield(group, G_CREDIT)
         end
       end
     end

@@ -25,7 +25,7 @@ local RECLAIM_PER_RUN, RECLAIM_PER_FLOW_RUN = 100, 50
 local function reclaim(now)
   local per_run = flow.on and RECLAIM_PER_FLOW_RUN or RECLAIM_PER_RUN
   local expired = redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', '0',
-    string.format('%d', per_run))
+    int_text(per_run))
   local ends, orphans = ending(), {}
   for _, entry in ipairs(expired) do
     local id = id_of(entry)

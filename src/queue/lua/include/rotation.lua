@@ -16,7 +16,7 @@ local PROMOTE_PER_RUN = 1000
 -- A wakeups score meaning "waits for one of its deliveries to end", not a time (and
 -- as a command's argument).
 local CAPPED = 9007199254740991
-local CAPPED_TEXT = '9007199254740991'
+local CAPPED_TEXT = string.format('%d', CAPPED)
 
 local function clamp_due(due)
   return math.min(math.max(due, 0), PRIORITY_BAND - 1)
