@@ -70,6 +70,7 @@ pub mod testing {
     pub use crate::auth::sha256;
     pub use crate::error::Error;
     pub use crate::grpc::status::rich;
+    pub use crate::limits::FIRST_TRIES;
     pub use crate::lock::LockScripts;
     pub use crate::queue::QueueScripts;
     pub use crate::redis::{connection_info, script::NO_WRITES, Keys, Redis, Script, Source};

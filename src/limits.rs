@@ -75,6 +75,12 @@ impl Limits {
             .expect("the first-try semaphore is never closed")
     }
 
+    /// How many waiting calls' first tries are in flight now (for metrics; at
+    /// [`FIRST_TRIES`], later calls wait their turn).
+    pub fn first_tries_in_flight(&self) -> usize {
+        FIRST_TRIES - self.first_tries.available_permits()
+    }
+
     /// How many calls wait now (for metrics).
     pub fn waiting(&self) -> usize {
         self.max_waiters.min(Semaphore::MAX_PERMITS) - self.waiters.available_permits()

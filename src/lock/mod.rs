@@ -122,7 +122,8 @@ impl LockStore {
         &self.limits
     }
 
-    /// Reports the calls waiting on held locks.
+    /// Reports the calls waiting on held locks, and the waiting calls' first tries in
+    /// flight (the semaphore's share the same turns).
     pub fn register_metrics(&self, metrics: &Metrics) {
         let limits = self.limits.clone();
         metrics.register(Family::single(
@@ -130,6 +131,13 @@ impl LockStore {
             Kind::Gauge,
             "Acquire and Hold calls waiting on a held lock.",
             move || limits.waiting() as u64,
+        ));
+        let limits = self.limits.clone();
+        metrics.register(Family::single(
+            "turnstile_first_tries_in_flight",
+            Kind::Gauge,
+            "First tries of waiting calls (locks and semaphores) in flight; at 64, later calls wait their turn.",
+            move || limits.first_tries_in_flight() as u64,
         ));
     }
 }

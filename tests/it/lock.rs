@@ -795,6 +795,60 @@ async fn a_try_once_whose_deadline_passes_in_flight_never_leaves_the_lock_held(
     Ok(())
 }
 
+on_each_store!(a_waiting_call_whose_deadline_passes_before_its_first_try_gets_deadline_exceeded, own cluster);
+async fn a_waiting_call_whose_deadline_passes_before_its_first_try_gets_deadline_exceeded(
+    redis: TestStore,
+) -> TestResult {
+    // Redis holds the first tries of 64 waiting calls for as long as the test needs
+    // (no Redis timeout ends them), so every first-try turn stays taken.
+    let server =
+        TestServer::start_with(&redis, |c| c.redis_timeout = Duration::from_secs(120)).await;
+    // One replica takes every call: the turns are each replica's own.
+    let channel = server.try_channel(None).await?;
+    let in_flight = || async {
+        server
+            .metric_values("turnstile_first_tries_in_flight")
+            .await[0]
+    };
+    redis.pause_writes(Duration::from_secs(120)).await;
+    let mut tries = tokio::task::JoinSet::new();
+    for n in 0..turnstile::testing::FIRST_TRIES {
+        let mut locks = LockServiceClient::new(channel.clone());
+        tries.spawn(async move {
+            locks
+                .acquire(acquire(&format!("turn-{n}"), "alice", 60_000, 30_000))
+                .await
+        });
+    }
+    common::eventually("every first-try turn taken", common::WAIT, || async {
+        in_flight().await == turnstile::testing::FIRST_TRIES as f64
+    })
+    .await;
+    // The next waiting call waits for a turn, and its deadline passes there.
+    let mut locks = LockServiceClient::new(channel.clone());
+    let started = Instant::now();
+    let late = locks.acquire(with_timeout(
+        acquire("turn-late", "bob", 60_000, 30_000),
+        Duration::from_millis(300),
+    ));
+    let status = tokio::time::timeout(Duration::from_secs(20), late)
+        .await
+        .expect("no answer while the first tries held every turn")
+        .unwrap_err();
+    common::assert_server_deadline(&status, started);
+    assert_eq!(
+        in_flight().await,
+        turnstile::testing::FIRST_TRIES as f64,
+        "a first try ended before the late call was answered"
+    );
+    redis.resume_writes().await;
+    while let Some(won) = tries.join_next().await {
+        assert!(won??.into_inner().acquired);
+    }
+    assert!(!is_held(&mut locks, "turn-late").await?);
+    Ok(())
+}
+
 on_each_store!(a_caller_that_cancels_never_ends_up_holding_the_lock);
 async fn a_caller_that_cancels_never_ends_up_holding_the_lock(redis: TestStore) -> TestResult {
     let server = TestServer::start(&redis).await;

@@ -390,6 +390,18 @@ impl TestCluster {
         }
     }
 
+    /// Ends a pause of [`Self::pause_writes`] on every primary now.
+    pub fn resume_writes(&self) {
+        for port in self.primaries() {
+            let reply = cluster_cli(port, &["client", "unpause"]);
+            assert_eq!(
+                reply.as_deref().map(str::trim),
+                Some("OK"),
+                "CLIENT UNPAUSE"
+            );
+        }
+    }
+
     /// The ports of the primaries.
     pub fn primaries(&self) -> Vec<u16> {
         let nodes = cluster_cli_answer(self.ports[0], &["cluster", "nodes"]);

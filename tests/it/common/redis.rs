@@ -97,6 +97,15 @@ impl TestRedis {
             .expect("CLIENT PAUSE");
     }
 
+    /// Ends a pause of [`Self::pause_writes`] now.
+    pub async fn resume_writes(&self) {
+        let _: () = redis::cmd("CLIENT")
+            .arg("UNPAUSE")
+            .query_async(&mut self.conn().await)
+            .await
+            .expect("CLIENT UNPAUSE");
+    }
+
     /// Waits (at most 10 s) until `command` has run more than `calls` times: how a
     /// test knows that a call reached Redis (a long poll made its first look, a feed
     /// ran its detach) instead of sleeping.

@@ -240,6 +240,14 @@ impl TestStore {
             Self::Cluster { nodes, .. } => own(nodes).pause_writes(pause),
         }
     }
+
+    /// Ends a pause of [`Self::pause_writes`] now.
+    pub async fn resume_writes(&self) {
+        match self {
+            Self::Single(redis) => redis.resume_writes().await,
+            Self::Cluster { nodes, .. } => own(nodes).resume_writes(),
+        }
+    }
 }
 
 impl Store for TestStore {
