@@ -45,10 +45,14 @@ fn main() -> ExitCode {
         _ => "warn",
     };
     init_tracing(format, default_filter);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    if let Command::Serve(config) = &cli.command {
+        if config.worker_threads > 0 {
+            builder.worker_threads(config.worker_threads);
+        }
+    }
+    let runtime = match builder.build() {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("turnstile: cannot start the runtime: {err}");

@@ -276,6 +276,7 @@ async fn serve(
         ),
         tls = tls.is_some(),
         auth = auth.is_on(),
+        workers = %tokio::runtime::Handle::current().metrics().num_workers(),
         "ready"
     );
 

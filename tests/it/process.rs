@@ -58,6 +58,9 @@ async fn serve_starts_embedded_redis_logs_ready_and_drains_on_sigterm() -> TestR
     let line = ready_line(&mut child);
     let addr = json_field(&line, "addr");
     let metrics = json_field(&line, "metrics");
+    // One worker thread per CPU unless --worker-threads says otherwise.
+    let cpus = std::thread::available_parallelism()?.get();
+    assert_eq!(json_field(&line, "workers"), cpus.to_string(), "{line}");
 
     // The embedded Redis keeps an append-only file in the data dir.
     assert!(
@@ -485,6 +488,7 @@ async fn settings_are_read_from_their_turnstile_environment_variables() -> TestR
             .env("TURNSTILE_MAX_STREAMS", "1")
             .env("TURNSTILE_MAX_MESSAGE_SIZE", "2048")
             .env("TURNSTILE_MAX_CONNECTIONS", "2")
+            .env("TURNSTILE_WORKER_THREADS", "1")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()?,
@@ -492,6 +496,8 @@ async fn settings_are_read_from_their_turnstile_environment_variables() -> TestR
     // TURNSTILE_LOG_FORMAT=json and TURNSTILE_LISTEN.
     let line = ready_line(&mut server);
     assert_eq!(json_field(&line, "addr"), format!("127.0.0.1:{port}"));
+    // TURNSTILE_WORKER_THREADS=1.
+    assert_eq!(json_field(&line, "workers"), "1", "{line}");
     let mut locks = LockServiceClient::connect(format!("http://127.0.0.1:{port}")).await?;
     let hold = |name: &str| HoldRequest {
         name: name.into(),
