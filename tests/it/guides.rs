@@ -675,8 +675,12 @@ async fn run_shell(dir: &Path, block: &Block, server: &str, until: Option<&str>)
         bin_dir.display(),
         std::env::var("PATH").unwrap_or_default()
     );
+    // Both streams into one pipe, so lines arrive in the order they were written: read
+    // from two pipes, a `turnstile work` log line ("acked", stderr) could be read before
+    // the handler's own output that came first (its stdout), and the block stop there.
+    let code = format!("exec 2>&1\n{}", block.code);
     let mut child = tokio::process::Command::new("bash")
-        .args(["-eo", "pipefail", "-c", &block.code])
+        .args(["-eo", "pipefail", "-c", &code])
         .current_dir(dir)
         .env("PATH", path)
         .env("TURNSTILE_SERVER", server)
