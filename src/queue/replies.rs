@@ -1,5 +1,5 @@
 //! The queue scripts' replies into model values, in one place. A task travels as a
-//! row of 13 values, written by `push_row()`/`push_fields()` in `lua/include/push_row.lua` and read
+//! row of 3 values, written by `push_row()`/`push_fields()` in `lua/include/push_row.lua` and read
 //! by [`task_rows`] here; nothing else knows the row's layout.
 
 use bytes::Bytes;
@@ -17,9 +17,9 @@ use crate::{
     redis::reply::{bytes, int, optional_int, string},
 };
 
-/// Values per task row: id, payload, state, due, enq, att, max, receipt, lease end,
-/// group, priority, last error, progress.
-const ROW: usize = 13;
+/// Values per task row: the packed head and texts (see [`task_row`]), the payload, the
+/// progress.
+const ROW: usize = 3;
 
 /// Rows of [`ROW`] values each.
 pub(super) fn task_rows(values: &[Value]) -> Result<Vec<Task>> {
@@ -32,21 +32,52 @@ pub(super) fn task_rows(values: &[Value]) -> Result<Vec<Task>> {
     values.chunks(ROW).map(task_row).collect()
 }
 
+/// The numbers at the head of a packed row (f64), then the lengths of its texts (u32).
+const ROW_NUMBERS: usize = 6;
+const ROW_TEXTS: usize = 5;
+
+/// A row (`push_fields()` in `lua/include/push_row.lua`): its due, enqueued_at,
+/// attempt, max_attempts, lease end and priority as little-endian doubles, the lengths
+/// of its id, state name, receipt, group and last error (u32), those texts; then the
+/// payload and the progress.
 fn task_row(r: &[Value]) -> Result<Task> {
+    let bad = || Error::Internal("a task row does not parse".into());
+    let Some(Value::BulkString(packed)) = r.first() else {
+        return Err(bad());
+    };
+    let head = packed
+        .get(..ROW_NUMBERS * 8 + ROW_TEXTS * 4)
+        .ok_or_else(bad)?;
+    let number =
+        |n: usize| f64::from_le_bytes(head[n * 8..n * 8 + 8].try_into().expect("8 bytes")) as i64;
+    let mut texts = Vec::with_capacity(ROW_TEXTS);
+    let mut at = head.len();
+    for n in 0..ROW_TEXTS {
+        let from = ROW_NUMBERS * 8 + n * 4;
+        let len = u32::from_le_bytes(head[from..from + 4].try_into().expect("4 bytes")) as usize;
+        let text = packed.get(at..at + len).ok_or_else(bad)?;
+        texts.push(String::from_utf8_lossy(text).into_owned());
+        at += len;
+    }
+    if at != packed.len() {
+        return Err(bad());
+    }
+    let [id, state, receipt, group, last_error]: [String; ROW_TEXTS] =
+        texts.try_into().map_err(|_| bad())?;
     Ok(Task {
-        id: string(r, 0)?,
+        id,
         payload: Bytes::from(bytes(r, 1)?),
-        state: TaskState::from_script(&bytes(r, 2)?)?,
-        due_at_ms: int(r, 3)?,
-        enqueued_at_ms: int(r, 4)?,
-        attempt: int(r, 5)? as u32,
-        max_attempts: int(r, 6)? as u32,
-        receipt: string(r, 7)?,
-        lease_expires_at_ms: int(r, 8)?,
-        group: string(r, 9)?,
-        priority: int(r, 10)? as u32,
-        last_error: string(r, 11)?,
-        progress: Bytes::from(bytes(r, 12)?),
+        state: TaskState::from_script(state.as_bytes())?,
+        due_at_ms: number(0),
+        enqueued_at_ms: number(1),
+        attempt: number(2) as u32,
+        max_attempts: number(3) as u32,
+        receipt,
+        lease_expires_at_ms: number(4),
+        group,
+        priority: number(5) as u32,
+        last_error,
+        progress: Bytes::from(bytes(r, 2)?),
         history: Vec::new(),
         result: Bytes::new(),
     })
@@ -284,22 +315,24 @@ pub(super) fn stats(r: &[Value]) -> Result<Stats> {
 mod tests {
     use super::*;
 
+    /// A row as `push_fields()` packs it: due 10, enqueued 5, attempt 1 of 25, receipt
+    /// "r:1" until 99, group "g", priority 3.
     fn row(id: &str, state: &str) -> Vec<Value> {
-        let text = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let mut packed = Vec::new();
+        for number in [10.0_f64, 5.0, 1.0, 25.0, 99.0, 3.0] {
+            packed.extend(number.to_le_bytes());
+        }
+        let texts = [id, state, "r:1", "g", "disk full"];
+        for text in texts {
+            packed.extend((text.len() as u32).to_le_bytes());
+        }
+        for text in texts {
+            packed.extend(text.as_bytes());
+        }
         vec![
-            text(id),
-            text("payload"),
-            text(state),
-            Value::Int(10),
-            Value::Int(5),
-            Value::Int(1),
-            Value::Int(25),
-            text("r:1"),
-            Value::Int(99),
-            text("g"),
-            Value::Int(3),
-            text("disk full"),
-            text("step 3"),
+            Value::BulkString(packed),
+            Value::BulkString(b"payload".to_vec()),
+            Value::BulkString(b"step 3".to_vec()),
         ]
     }
 

@@ -6,7 +6,7 @@
 -- Clock: Redis TIME.
 -- A run that returned a full run's worth of expired leases answers AGAIN and does
 -- nothing else (include/reclaim.lua); the store runs it again.
--- Returns 13 per task as include/push_row.lua's push_row().
+-- Returns 3 per task as include/push_row.lua's push_row().
 --- @include "keys"
 --- @include "now_ms"
 --- @include "meta"

@@ -16,7 +16,7 @@
 -- now_us is Redis' clock in Unix µs (the script decides by its ms); next_* are ms, -1
 -- when none; held back names the limits that held back a deliverable
 -- task (pick.lua's pick(), '' for none); held_i is stream i's deliveries after this
--- call; then 13 per task:
+-- call; then 3 per task:
 -- the stream's index (1-based), then include/push_row.lua's push_fields().
 --- @include "keys"
 --- @include "now_ms"

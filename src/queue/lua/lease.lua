@@ -12,7 +12,7 @@
 -- Returns {next_due, held back, rows...}: next_due is when to look again: the first pending task
 -- not taken (flow mode: next_start()), or the first lease to expire, if sooner; -1 if
 -- none; then the limits that held back a deliverable task (pick.lua's pick(), ''
--- for none); then 13 per task
+-- for none); then 3 per task
 -- as include/push_row.lua's push_row().
 --- @include "keys"
 --- @include "now_ms"

@@ -15,7 +15,7 @@
 -- Clock: Redis TIME.
 -- A run that returned a full run's worth of expired leases answers AGAIN and does
 -- nothing else (include/reclaim.lua); the store runs it again.
--- Returns {next score, next member (both '' on the last page), then 13 per task as
+-- Returns {next score, next member (both '' on the last page), then 3 per task as
 -- include/push_row.lua's push_row(), receipts blanked}.
 --- @no-replica-wait
 --- @include "keys"

@@ -13,7 +13,7 @@
 -- Clock: Redis TIME.
 -- A run that returned a full run's worth of expired leases answers AGAIN and does
 -- nothing else (include/reclaim.lua); the store runs it again.
--- Returns 13 per task as include/push_row.lua's push_row(), receipts blanked; for
+-- Returns 3 per task as include/push_row.lua's push_row(), receipts blanked; for
 -- 'task', then its delivery history (include/attempts.lua) and result ('' for none).
 --- @no-replica-wait
 --- @include "keys"

@@ -10,6 +10,7 @@
 -- payload, so a waiter is answered even when the queue keeps nothing.
 --- @include "keys"
 --- @include "group_state"
+--- @include "push_row"
 
 -- Whether anyone may wait for a task of this queue at `now`.
 local function awaited(now)
@@ -39,13 +40,12 @@ local function announce(now, id, meta, state_name, history, result)
   if tonumber(until_ms) < now then
     return
   end
-  local payload = redis.call('HGET', payloads, id) or ''
-  local message = pack_values({pending, id, payload, state_name,
-    string.format('%d', meta.due), string.format('%d', meta.enqueued_at),
-    tostring(meta.attempt), tostring(meta.max_attempts), '', '0', meta.group,
-    tostring(meta.priority), redis.call('HGET', errors, id) or '',
-    redis.call('HGET', progress, id) or '',
-    history or redis.call('HGET', attempts, id) or '',
-    result or redis.call('HGET', results, id) or ''})
+  local values = {pending}
+  push_fields(values, id, redis.call('HGET', payloads, id) or '', state_name, meta.due,
+    meta.enqueued_at, meta.attempt, meta.max_attempts, '', 0, meta.group, meta.priority,
+    redis.call('HGET', errors, id) or '', redis.call('HGET', progress, id) or '')
+  values[#values + 1] = history or redis.call('HGET', attempts, id) or ''
+  values[#values + 1] = result or redis.call('HGET', results, id) or ''
+  local message = pack_values(values)
   redis.call('PUBLISH', flow.cfg.watch_channel, message)
 end
