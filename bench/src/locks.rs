@@ -104,6 +104,7 @@ pub async fn lock(target: &Target, clients: usize, duration: Duration) -> Result
     let server_cost = server_before.map(|before| before.add_to(turnstile.count, Report::default()));
 
     let noop = target.noop_channels(connections).await?;
+    let noop_before = target.noop_pid.and_then(ServerCpu::of);
     let transport = drive(
         "lock (transport floor)",
         cyclers(&noop, clients, "lock"),
@@ -112,11 +113,14 @@ pub async fn lock(target: &Target, clients: usize, duration: Duration) -> Result
     )
     .await?;
 
+    // The Redis floor runs the library's stores in this process: its CPU per cycle is
+    // what the stores and redis-rs cost without gRPC.
+    let bench_before = ServerCpu::of(std::process::id());
     let redis = match &target.redis_url {
         Some(url) => Some(redis_floor(url, clients, duration).await?),
         None => None,
     };
-    let floor = redis.map_or(transport.ops_per_s(), |redis| {
+    let floor = redis.map_or(transport.ops_per_s(), |(redis, _)| {
         redis.min(transport.ops_per_s())
     });
     let mut report = Report::new("lock", turnstile.ops_per_s(), &turnstile.latency)
@@ -126,8 +130,11 @@ pub async fn lock(target: &Target, clients: usize, duration: Duration) -> Result
             "transport_floor_ops_per_s",
             Extra::Number(transport.ops_per_s()),
         );
-    if let Some(redis) = redis {
+    if let Some((redis, cycles)) = redis {
         report = report.extra("redis_floor_ops_per_s", Extra::Number(redis));
+        if let Some(bench) = bench_before {
+            report = bench.add_as("redis_floor_client_us_per_op", cycles, report);
+        }
     }
     if let Some((before, after)) = before.zip(after) {
         report = before.add_to(after, turnstile.count, report);
@@ -135,13 +142,16 @@ pub async fn lock(target: &Target, clients: usize, duration: Duration) -> Result
     if let Some(cost) = server_cost {
         report.extras.extend(cost.extras);
     }
+    if let Some(noop) = noop_before {
+        report = noop.add_as("transport_floor_server_us_per_op", transport.count, report);
+    }
     report.floor_ops_per_s = Some(floor);
     Ok(report)
 }
 
 /// The same acquire and release scripts run straight on Redis by the library's
-/// `Floor`, same concurrency, no gRPC.
-async fn redis_floor(url: &str, clients: usize, duration: Duration) -> Result<f64, String> {
+/// `Floor`, same concurrency, no gRPC: cycles a second and cycles run.
+async fn redis_floor(url: &str, clients: usize, duration: Duration) -> Result<(f64, u64), String> {
     let floor = Floor::connect(url)?;
     let states = (0..clients)
         .map(|i| {
@@ -162,7 +172,7 @@ async fn redis_floor(url: &str, clients: usize, duration: Duration) -> Result<f6
         },
     )
     .await?;
-    Ok(sampled.ops_per_s())
+    Ok((sampled.ops_per_s(), sampled.count))
 }
 
 /// `handoff`: clients queued on one name; the holder releases after a short hold; the

@@ -136,7 +136,11 @@ impl ServerCpu {
         if target.servers.len() != 1 {
             return None;
         }
-        let pid = target.server_pid?;
+        Self::of(target.server_pid?)
+    }
+
+    /// Reads the CPU time of the process `pid` now.
+    pub fn of(pid: u32) -> Option<Self> {
         Some(Self {
             pid,
             cpu_s: cpu_seconds(pid)?,
@@ -146,6 +150,12 @@ impl ServerCpu {
     /// Adds to `report` the server's CPU µs per operation from `self` until now, over
     /// `ops` operations.
     pub fn add_to(self, ops: u64, report: Report) -> Report {
+        self.add_as("server_us_per_op", ops, report)
+    }
+
+    /// Adds to `report`, as `figure`, the process' CPU µs per operation from `self`
+    /// until now, over `ops` operations.
+    pub fn add_as(self, figure: &'static str, ops: u64, report: Report) -> Report {
         let Some(now) = cpu_seconds(self.pid) else {
             return report;
         };
@@ -154,7 +164,7 @@ impl ServerCpu {
         } else {
             f64::NAN
         };
-        report.extra("server_us_per_op", Extra::Number(per_op))
+        report.extra(figure, Extra::Number(per_op))
     }
 }
 

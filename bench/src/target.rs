@@ -30,6 +30,8 @@ pub struct Target {
     pub server_pids: Vec<u32>,
     /// The no-op gRPC server's address, for the transport floor.
     pub noop: String,
+    /// The no-op gRPC server child's pid, for its CPU time.
+    pub noop_pid: Option<u32>,
     /// The first server's dashboard (`host:port`), when it serves one (a build
     /// before the dashboard does not).
     pub dashboard: Option<String>,
@@ -50,6 +52,7 @@ impl Target {
             server_pid: None,
             server_pids: Vec::new(),
             noop: String::new(),
+            noop_pid: None,
             dashboard: None,
             bin: bin.to_owned(),
             children,
@@ -157,6 +160,7 @@ impl Target {
             std::env::current_exe().map_err(|err| format!("cannot find this binary: {err}"))?;
         let (child, addr, _) = spawn(&exe, &["--serve-noop"]).await?;
         self.noop = format!("http://{addr}");
+        self.noop_pid = child.id();
         self.children.push(child);
         Ok(())
     }
