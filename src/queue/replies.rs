@@ -160,69 +160,73 @@ pub(super) fn fired(reply: &[Value], fires: usize) -> Result<Vec<Fired>> {
         .collect()
 }
 
-/// `enqueue.lua`: 3 values per task (created, replaced, due), in the batch's order.
-pub(super) fn enqueued(tasks: &[NewTask], reply: &[i64]) -> Result<Vec<Enqueued>> {
-    if reply.len() != tasks.len() * 3 {
+/// `enqueue.lua`: one value, per task in the batch's order created and replaced (a
+/// byte each, 0/1) and due (a little-endian double: Unix ms), as
+/// `lua/include/pack_added.lua` packs them.
+pub(super) fn enqueued(tasks: &[NewTask], reply: &[u8]) -> Result<Vec<Enqueued>> {
+    const PER_TASK: usize = 1 + 1 + 8;
+    if reply.len() != tasks.len() * PER_TASK {
         return Err(Error::Internal(format!(
-            "enqueue replied {} values for {} tasks",
+            "enqueue replied {} bytes for {} tasks",
             reply.len(),
             tasks.len()
         )));
     }
     Ok(tasks
         .iter()
-        .zip(reply.chunks(3))
+        .zip(reply.chunks(PER_TASK))
         .map(|(task, r)| Enqueued {
             id: task.id.clone(),
             created: r[0] == 1,
             replaced: r[1] == 1,
-            due_at_ms: r[2],
+            due_at_ms: f64::from_le_bytes(r[2..].try_into().expect("8 bytes")) as i64,
         })
         .collect())
 }
 
+/// Item `at` of `reply`, a string.
+fn packed(reply: &[Value], at: usize) -> Option<&[u8]> {
+    match reply.get(at) {
+        Some(Value::BulkString(bytes)) => Some(bytes),
+        _ => None,
+    }
+}
+
 /// `enqueue_and_dispatch.lua`: enqueue.lua's reply, then dispatch.lua's (left out
 /// when the run left the leasing to the feeds).
-pub(super) fn enqueued_and_dispatched(reply: &[Value]) -> Result<(Vec<i64>, Option<&[Value]>)> {
-    let part = |at: usize| match reply.get(at) {
-        Some(Value::Array(values)) => Some(values.as_slice()),
-        _ => None,
-    };
-    let (Some(enqueued), 1..=2) = (part(0), reply.len()) else {
+pub(super) fn enqueued_and_dispatched(reply: &[Value]) -> Result<(&[u8], Option<&[Value]>)> {
+    let (Some(enqueued), 1..=2) = (packed(reply, 0), reply.len()) else {
         return Err(Error::Internal(format!(
             "enqueue_and_dispatch replied {} values",
             reply.len()
         )));
     };
-    let enqueued = (0..enqueued.len())
-        .map(|at| int(enqueued, at))
-        .collect::<Result<Vec<i64>>>()?;
-    let dispatched = match reply.len() {
-        2 => Some(part(1).ok_or_else(|| {
-            Error::Internal("enqueue_and_dispatch's dispatch is not a list".into())
-        })?),
-        _ => None,
+    let dispatched = match reply.get(1) {
+        Some(Value::Array(values)) => Some(values.as_slice()),
+        Some(_) => {
+            return Err(Error::Internal(
+                "enqueue_and_dispatch's dispatch is not a list".into(),
+            ))
+        }
+        None => None,
     };
     Ok((enqueued, dispatched))
+}
+
+/// `ack.lua`: a byte '1' (acked) or '0' (stale) per receipt.
+pub(super) fn acked(flags: &[u8]) -> Vec<bool> {
+    flags.iter().map(|&flag| flag == b'1').collect()
 }
 
 /// The streams an Ack's run leased to (0-based, among those it was given) and
 /// dispatch.lua's reply for them.
 pub(super) type Refilled<'a> = (Vec<usize>, &'a [Value]);
 
-/// `ack_and_dispatch.lua`: ack.lua's reply, then what it leased, if it did.
+/// `ack_and_dispatch.lua`: ack.lua's reply, then what it leased, if it did: the
+/// 1-based indices of the streams it leased to and dispatch.lua's reply.
 pub(super) fn acked_and_dispatched(reply: &[Value]) -> Result<(Vec<bool>, Option<Refilled<'_>>)> {
-    let part = |at: usize| match reply.get(at) {
-        Some(Value::Array(values)) => Some(values.as_slice()),
-        _ => None,
-    };
-    let ints = |values: &[Value]| {
-        (0..values.len())
-            .map(|at| int(values, at))
-            .collect::<Result<Vec<i64>>>()
-    };
-    let acked = match (part(0), reply.len()) {
-        (Some(acked), 1 | 3) => ints(acked)?.into_iter().map(|n| n == 1).collect(),
+    let flags = match (packed(reply, 0), reply.len()) {
+        (Some(flags), 1 | 3) => acked(flags),
         _ => {
             return Err(Error::Internal(format!(
                 "ack_and_dispatch replied {} values",
@@ -231,15 +235,18 @@ pub(super) fn acked_and_dispatched(reply: &[Value]) -> Result<(Vec<bool>, Option
         }
     };
     if reply.len() == 1 {
-        return Ok((acked, None));
+        return Ok((flags, None));
     }
-    let (Some(chosen), Some(dispatched)) = (part(1), part(2)) else {
+    let (Some(Value::Array(chosen)), Some(Value::Array(dispatched))) = (reply.get(1), reply.get(2))
+    else {
         return Err(Error::Internal(
             "ack_and_dispatch's streams or dispatch is not a list".into(),
         ));
     };
-    let chosen = ints(chosen)?.into_iter().map(|n| n as usize - 1).collect();
-    Ok((acked, Some((chosen, dispatched))))
+    let chosen = (0..chosen.len())
+        .map(|at| int(chosen, at).map(|n| n as usize - 1))
+        .collect::<Result<_>>()?;
+    Ok((flags, Some((chosen, dispatched))))
 }
 
 /// `lease.lua`: the next due instant (-1: none), the limits that held tasks back,

@@ -71,7 +71,7 @@ impl QueueStore {
         let mut call = call(&self.scripts.enqueue, keys);
         self.enqueue_head(&mut call, keys, tasks);
         task_args(&mut call, tasks);
-        let reply: Vec<i64> = self.invoke_reclaiming(&call).await?;
+        let reply: Vec<u8> = self.invoke_reclaiming(&call).await?;
         replies::enqueued(tasks, &reply)
     }
 
@@ -96,7 +96,7 @@ impl QueueStore {
         let reply: Vec<redis::Value> = self.invoke_reclaiming(&call).await?;
         let (enqueued, dispatched) = replies::enqueued_and_dispatched(&reply)?;
         Ok((
-            replies::enqueued(tasks, &enqueued)?,
+            replies::enqueued(tasks, enqueued)?,
             dispatched
                 .map(|d| replies::dispatched(d, streams.len()))
                 .transpose()?,
@@ -338,8 +338,8 @@ impl QueueStore {
             for receipt in chunk {
                 call.arg(receipt);
             }
-            let reply: Vec<i64> = self.redis.invoke(&call).await?;
-            acked.extend(reply.into_iter().map(|n| n == 1));
+            let reply: Vec<u8> = self.redis.invoke(&call).await?;
+            acked.extend(replies::acked(&reply));
         }
         Ok(acked)
     }

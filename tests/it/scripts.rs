@@ -447,7 +447,7 @@ async fn peek_returns_one_task_over_budget_and_cancel_leaves_a_task_in_flight() 
     let queues = QueueScripts::new();
     let keys = Keys::new("t").queue("q").all.to_vec();
     let big = "x".repeat(10_000);
-    let enqueued: Vec<i64> = eval(
+    let enqueued: Vec<u8> = eval(
         &mut conn,
         queue_script(&queues, "enqueue.lua"),
         &keys,
@@ -457,7 +457,11 @@ async fn peek_returns_one_task_over_budget_and_cancel_leaves_a_task_in_flight() 
         ],
     )
     .await?;
-    assert_eq!(enqueued, [1, 0, enqueued[2], 1, 0, enqueued[5]]);
+    let enqueued = added(&enqueued);
+    assert_eq!(
+        enqueued.iter().map(|&(c, r, _)| (c, r)).collect::<Vec<_>>(),
+        [(1, 0), (1, 0)]
+    );
     // A budget smaller than one payload still returns the first task, and only it.
     let rows: Vec<redis::Value> = eval(
         &mut conn,
@@ -486,14 +490,14 @@ async fn peek_returns_one_task_over_budget_and_cancel_leaves_a_task_in_flight() 
     .await?;
     assert_eq!(cancelled, ["b"]);
     // A stale receipt acks nothing; the live one does.
-    let acked: Vec<i64> = eval(
+    let acked: String = eval(
         &mut conn,
         queue_script(&queues, "ack.lua"),
         &keys,
         &["freed", "ch", "msg", "0", "other:a", "p:a"],
     )
     .await?;
-    assert_eq!(acked, [0, 1]);
+    assert_eq!(acked, "01");
     Ok(())
 }
 
@@ -519,10 +523,11 @@ async fn ended_dedupe_windows_go_a_bounded_run_at_a_time_and_hold_nothing_meanwh
         .chain(task("ended-4999"))
         .chain(task("running"))
         .collect();
-    let answered: Vec<i64> = eval(&mut conn, enqueue, &keys, &args).await?;
+    let answered: Vec<u8> = eval(&mut conn, enqueue, &keys, &args).await?;
+    let answered = added(&answered);
     // The ended window holds nothing, though this run could not remove it yet; the
     // running one refuses its id.
-    assert_eq!((answered[0], answered[3]), (1, 0), "{answered:?}");
+    assert_eq!((answered[0].0, answered[1].0), (1, 0), "{answered:?}");
     assert_eq!(conn.zcard::<_, usize>(reserved).await?, 5_001 - 1_000);
     assert!(conn
         .zscore::<_, _, Option<f64>>(reserved, "ended-4999")
@@ -561,10 +566,10 @@ async fn an_enqueue_that_leases_every_task_it_stored_wakes_nobody_and_one_that_l
     let before = publishes(&mut conn).await?;
     let args: Vec<&str> = head.into_iter().chain(task("a")).collect();
     let reply: Vec<redis::Value> = eval(&mut conn, script, &keys, &args).await?;
-    let [redis::Value::Array(enqueued), redis::Value::Array(dispatched)] = &reply[..] else {
+    let [redis::Value::BulkString(enqueued), redis::Value::Array(dispatched)] = &reply[..] else {
         panic!("{reply:?}");
     };
-    assert_eq!(enqueued[..2], [1, 0].map(redis::Value::Int));
+    assert_eq!((added(enqueued)[0].0, added(enqueued)[0].1), (1, 0));
     // now, next pending (none), next lease end, held back, the stream's deliveries, then
     // one row: the stream's index and the task.
     assert_eq!(dispatched[1], redis::Value::Int(-1));
@@ -621,12 +626,12 @@ async fn an_ack_refills_the_streams_it_was_given_and_tells_only_the_others_their
     ];
     args.extend(receipts.iter().map(String::as_str));
     let reply: Vec<redis::Value> = eval(&mut conn, script, &keys, &args).await?;
-    let [redis::Value::Array(acked), redis::Value::Array(chosen), redis::Value::Array(dispatched)] =
+    let [redis::Value::BulkString(acked), redis::Value::Array(chosen), redis::Value::Array(dispatched)] =
         &reply[..]
     else {
         panic!("{reply:?}");
     };
-    assert_eq!(acked[..], [1, 1].map(redis::Value::Int));
+    assert_eq!(acked, b"11");
     assert_eq!(chosen[..], [redis::Value::Int(1)]);
     // "c" went to "s:a" in the same run.
     assert_eq!(dispatched[4], redis::Value::Int(1));
@@ -637,6 +642,16 @@ async fn an_ack_refills_the_streams_it_was_given_and_tells_only_the_others_their
         "slot-freed for s:b only"
     );
     Ok(())
+}
+
+/// `lua/include/pack_added.lua`'s reply: per task created, replaced (a byte each) and
+/// due (a little-endian double).
+fn added(packed: &[u8]) -> Vec<(u8, u8, f64)> {
+    assert_eq!(packed.len() % 10, 0, "{packed:?}");
+    packed
+        .chunks(10)
+        .map(|r| (r[0], r[1], f64::from_le_bytes(r[2..].try_into().unwrap())))
+        .collect()
 }
 
 /// The texts of a task row's packed value (`lua/include/push_row.lua`): its id, state

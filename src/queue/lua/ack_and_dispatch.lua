@@ -30,7 +30,8 @@ local receipts_from = 7 + 4 * streams
 
 local now, now_us = now_ms_us()
 open_flow(now)
-local acked, tags, freed = finish(now, ARGV, receipts_from)
+local flags, tags, freed = finish(now, ARGV, receipts_from)
+local acked = table.concat(flags)
 if freed then
   redis.call('PUBLISH', changed_channel, changed_message)
 end

@@ -10,7 +10,8 @@
 -- Clock: Redis TIME.
 -- A run that returned a full run's worth of expired leases answers AGAIN and does
 -- nothing else (include/reclaim.lua); the store runs it again.
--- Returns 3 per task: created (0/1), replaced (0/1), due (Unix ms; 0 if none stored).
+-- Returns one value, 10 bytes per task (include/pack_added.lua): created (0/1),
+-- replaced (0/1), due (Unix ms; 0 if none stored).
 -- Tasks are decided in order, as if enqueued one by one: a later task with an id
 -- earlier in the batch sees that one. The writes then go out as one command per key.
 --- @include "keys"
@@ -19,6 +20,7 @@
 --- @include "group_state"
 --- @include "history"
 --- @include "add"
+--- @include "pack_added"
 local changed_channel, changed_message, stride = ARGV[1], ARGV[2], tonumber(ARGV[3])
 
 local now = now_ms()
@@ -30,4 +32,4 @@ if reclaim(now) then
 end
 local out = add(ARGV, 4, stride, now, changed_channel, changed_message)
 record_history(now, 0)
-return out
+return pack_added(out)

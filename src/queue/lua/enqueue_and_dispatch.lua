@@ -26,6 +26,7 @@
 --- @include "promote"
 --- @include "history"
 --- @include "add"
+--- @include "pack_added"
 --- @include "dispatch_to"
 local changed_channel, changed_message, stride = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local receipt_prefix, budget, streams = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -56,7 +57,7 @@ end
 if flow.on and promote(now) then
   redis.call('PUBLISH', changed_channel, changed_message)
   record_history(now, 0)
-  return {enqueued}
+  return {pack_added(enqueued)}
 end
 local dispatched, delivered, taken, metas = dispatch_to(now, now_us, receipt_prefix, budget,
   ARGV, 7, tasks_from - 1)
@@ -64,4 +65,4 @@ if stored_waits(taken, metas) then
   redis.call('PUBLISH', changed_channel, changed_message)
 end
 record_history(now, delivered)
-return {enqueued, dispatched}
+return {pack_added(enqueued), dispatched}

@@ -4,8 +4,9 @@
 -- nothing. `args[first..]` are the receipts; `returned` maps a receipt to what its
 -- delivery returned (nil: none); `now` is Redis TIME in ms (a lease that ran out makes
 -- its receipt stale). Waiters for the tasks hear of their end (include/announce.lua).
--- Returns one 0/1 per receipt, the set of Subscribe tags that got slots back, and
--- whether (flow mode, a cap set) the queue may deliver again.
+-- Returns one '0'/'1' per receipt (strings: table.concat would format a number as a
+-- float), the set of Subscribe tags that got slots back, and whether (flow mode, a cap
+-- set) the queue may deliver again.
 --- @include "keys"
 --- @include "meta"
 --- @include "bulk"
@@ -29,7 +30,7 @@ local function finish(now, args, first, returned)
   local kept, acked = 0, 0
   for n, id in ipairs(ids) do
     local raw = raws[n]
-    out[n] = 0
+    out[n] = '0'
     if raw and not done[id] then
       local seq, _, _, _, _, dedupe_ms, _, lease_end, state, receipt, tag, _, _, group =
         meta_fields(raw)
@@ -41,7 +42,7 @@ local function finish(now, args, first, returned)
         if tag ~= '' then
           tags[tag] = true
         end
-        out[n] = 1
+        out[n] = '1'
       elseif live_fields(state, receipt, lease_end, given, now) then
         done[id] = true
         acked = acked + 1
@@ -70,7 +71,7 @@ local function finish(now, args, first, returned)
         if tag ~= '' then
           tags[tag] = true
         end
-        out[n] = 1
+        out[n] = '1'
       end
     end
   end
