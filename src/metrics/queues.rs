@@ -95,29 +95,7 @@ impl Queues {
         now: Instant,
         change: impl FnOnce(&mut QueueEntry),
     ) {
-        let known = self
-            .by_tenant
-            .get(tenant)
-            .is_some_and(|queues| queues.contains_key(queue));
-        if !known {
-            if self.len >= MAX_QUEUES {
-                self.forget_old(now);
-            }
-            if self.len >= MAX_QUEUES {
-                self.forget_oldest();
-            }
-            let entry = QueueEntry {
-                seen: now,
-                deliveries: 0,
-                redeliveries: 0,
-                held_back: Vec::new(),
-            };
-            self.by_tenant
-                .entry(tenant.clone())
-                .or_default()
-                .insert(queue.to_owned(), entry);
-            self.len += 1;
-        }
+        // A known queue (nearly every call) costs one lookup of each name.
         if let Some(entry) = self
             .by_tenant
             .get_mut(tenant)
@@ -125,7 +103,26 @@ impl Queues {
         {
             entry.seen = now;
             change(entry);
+            return;
         }
+        if self.len >= MAX_QUEUES {
+            self.forget_old(now);
+        }
+        if self.len >= MAX_QUEUES {
+            self.forget_oldest();
+        }
+        let mut entry = QueueEntry {
+            seen: now,
+            deliveries: 0,
+            redeliveries: 0,
+            held_back: Vec::new(),
+        };
+        change(&mut entry);
+        self.by_tenant
+            .entry(tenant.clone())
+            .or_default()
+            .insert(queue.to_owned(), entry);
+        self.len += 1;
     }
 
     /// Drops the queues not named within [`QUEUE_WINDOW`].

@@ -165,7 +165,7 @@ pub trait TenantScoped: Clone {
     fn tenant(&self, tenant: &crate::tenant::Tenant) -> Self {
         let mut scoped = self.clone();
         let redis = scoped.redis_mut();
-        *redis = redis.tenant(tenant);
+        redis.keys = redis.keys.tenant(tenant);
         scoped
     }
 }
