@@ -4,8 +4,9 @@
 -- message, ARGV[4] how many results follow (k), then k receipt-result pairs (what a
 -- delivery returned), then the receipts
 -- Clock: Redis TIME (a lease that ran out makes its receipt stale).
--- Returns one value, a byte '0' or '1' per receipt; publishes each Subscribe tag that got slots back,
--- once per call, and (flow mode, a cap set) that the queue may deliver again.
+-- Returns one value, a byte '0' or '1' per receipt; publishes each Subscribe tag that
+-- got slots back, once per call, and (flow mode, a cap set) that the queue may deliver
+-- again.
 --- @include "keys"
 --- @include "now_ms"
 --- @include "group_state"
