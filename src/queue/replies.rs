@@ -21,15 +21,25 @@ use crate::{
 /// progress.
 const ROW: usize = 3;
 
-/// Rows of [`ROW`] values each.
-pub(super) fn task_rows(values: &[Value]) -> Result<Vec<Task>> {
+/// Item `at` of `reply` as bytes, taken out of it (left empty): payloads, progress,
+/// histories and results are moved into the task, not copied.
+fn take_bytes(reply: &mut [Value], at: usize) -> Result<Vec<u8>> {
+    match reply.get_mut(at) {
+        Some(Value::BulkString(bytes)) => Ok(std::mem::take(bytes)),
+        _ => bytes(reply, at),
+    }
+}
+
+/// Rows of [`ROW`] values each. The payloads and progress are taken out of `values`,
+/// not copied (a payload may be a MiB).
+pub(super) fn task_rows(values: &mut [Value]) -> Result<Vec<Task>> {
     if !values.len().is_multiple_of(ROW) {
         return Err(Error::Internal(format!(
             "task rows of {} values",
             values.len()
         )));
     }
-    values.chunks(ROW).map(task_row).collect()
+    values.chunks_mut(ROW).map(task_row).collect()
 }
 
 /// The numbers at the head of a packed row (f64), then the lengths of its texts (u32).
@@ -39,9 +49,10 @@ const ROW_TEXTS: usize = 5;
 /// A row (`push_fields()` in `lua/include/push_row.lua`): its due, enqueued_at,
 /// attempt, max_attempts, lease end and priority as little-endian doubles, the lengths
 /// of its id, state name, receipt, group and last error (u32), those texts; then the
-/// payload and the progress.
-fn task_row(r: &[Value]) -> Result<Task> {
+/// payload and the progress (taken out of `r`).
+fn task_row(r: &mut [Value]) -> Result<Task> {
     let bad = || Error::Internal("a task row does not parse".into());
+    let (payload, progress) = (take_bytes(r, 1)?, take_bytes(r, 2)?);
     let Some(Value::BulkString(packed)) = r.first() else {
         return Err(bad());
     };
@@ -66,7 +77,7 @@ fn task_row(r: &[Value]) -> Result<Task> {
         texts.try_into().map_err(|_| bad())?;
     Ok(Task {
         id,
-        payload: Bytes::from(bytes(r, 1)?),
+        payload: Bytes::from(payload),
         state: TaskState::from_script(state.as_bytes())?,
         due_at_ms: number(0),
         enqueued_at_ms: number(1),
@@ -77,14 +88,15 @@ fn task_row(r: &[Value]) -> Result<Task> {
         group,
         priority: number(5) as u32,
         last_error,
-        progress: Bytes::from(bytes(r, 2)?),
+        progress: Bytes::from(progress),
         history: Vec::new(),
         result: Bytes::new(),
     })
 }
 
-/// `peek.lua` for one task: its row, then its history and result.
-pub(super) fn task_with_story(values: &[Value]) -> Result<Option<Task>> {
+/// `peek.lua` for one task: its row, then its history and result (taken out of
+/// `values`).
+pub(super) fn task_with_story(values: &mut [Value]) -> Result<Option<Task>> {
     if values.is_empty() {
         return Ok(None);
     }
@@ -94,9 +106,9 @@ pub(super) fn task_with_story(values: &[Value]) -> Result<Option<Task>> {
             values.len()
         )));
     }
-    let mut task = task_row(&values[..ROW])?;
-    task.history = attempts(&bytes(values, ROW)?)?;
-    task.result = Bytes::from(bytes(values, ROW + 1)?);
+    let mut task = task_row(&mut values[..ROW])?;
+    task.history = attempts(&take_bytes(values, ROW)?)?;
+    task.result = Bytes::from(take_bytes(values, ROW + 1)?);
     Ok(Some(task))
 }
 
@@ -184,31 +196,20 @@ pub(super) fn enqueued(tasks: &[NewTask], reply: &[u8]) -> Result<Vec<Enqueued>>
         .collect())
 }
 
-/// Item `at` of `reply`, a string.
-fn packed(reply: &[Value], at: usize) -> Option<&[u8]> {
-    match reply.get(at) {
-        Some(Value::BulkString(bytes)) => Some(bytes),
-        _ => None,
-    }
-}
-
 /// `enqueue_and_dispatch.lua`: enqueue.lua's reply, then dispatch.lua's (left out
 /// when the run left the leasing to the feeds).
-pub(super) fn enqueued_and_dispatched(reply: &[Value]) -> Result<(&[u8], Option<&[Value]>)> {
-    let (Some(enqueued), 1..=2) = (packed(reply, 0), reply.len()) else {
-        return Err(Error::Internal(format!(
-            "enqueue_and_dispatch replied {} values",
-            reply.len()
-        )));
+pub(super) fn enqueued_and_dispatched(
+    reply: &mut [Value],
+) -> Result<(&[u8], Option<&mut [Value]>)> {
+    let bad = |len: usize| Error::Internal(format!("enqueue_and_dispatch replied {len} values"));
+    let len = reply.len();
+    let Some((Value::BulkString(enqueued), rest)) = reply.split_first_mut() else {
+        return Err(bad(len));
     };
-    let dispatched = match reply.get(1) {
-        Some(Value::Array(values)) => Some(values.as_slice()),
-        Some(_) => {
-            return Err(Error::Internal(
-                "enqueue_and_dispatch's dispatch is not a list".into(),
-            ))
-        }
-        None => None,
+    let dispatched = match rest {
+        [] => None,
+        [Value::Array(values)] => Some(values.as_mut_slice()),
+        _ => return Err(bad(len)),
     };
     Ok((enqueued, dispatched))
 }
@@ -220,48 +221,40 @@ pub(super) fn acked(flags: &[u8]) -> Vec<bool> {
 
 /// The streams an Ack's run leased to (0-based, among those it was given) and
 /// dispatch.lua's reply for them.
-pub(super) type Refilled<'a> = (Vec<usize>, &'a [Value]);
+pub(super) type Refilled<'a> = (Vec<usize>, &'a mut [Value]);
 
 /// `ack_and_dispatch.lua`: ack.lua's reply, then what it leased, if it did: the
 /// 1-based indices of the streams it leased to and dispatch.lua's reply.
-pub(super) fn acked_and_dispatched(reply: &[Value]) -> Result<(Vec<bool>, Option<Refilled<'_>>)> {
-    let flags = match (packed(reply, 0), reply.len()) {
-        (Some(flags), 1 | 3) => acked(flags),
-        _ => {
-            return Err(Error::Internal(format!(
-                "ack_and_dispatch replied {} values",
-                reply.len()
-            )))
+pub(super) fn acked_and_dispatched(
+    reply: &mut [Value],
+) -> Result<(Vec<bool>, Option<Refilled<'_>>)> {
+    let bad = |len: usize| Error::Internal(format!("ack_and_dispatch replied {len} values"));
+    let len = reply.len();
+    match reply {
+        [Value::BulkString(flags)] => Ok((acked(flags), None)),
+        [Value::BulkString(flags), Value::Array(chosen), Value::Array(dispatched)] => {
+            let chosen = (0..chosen.len())
+                .map(|at| int(chosen, at).map(|n| n as usize - 1))
+                .collect::<Result<_>>()?;
+            Ok((acked(flags), Some((chosen, dispatched.as_mut_slice()))))
         }
-    };
-    if reply.len() == 1 {
-        return Ok((flags, None));
+        _ => Err(bad(len)),
     }
-    let (Some(Value::Array(chosen)), Some(Value::Array(dispatched))) = (reply.get(1), reply.get(2))
-    else {
-        return Err(Error::Internal(
-            "ack_and_dispatch's streams or dispatch is not a list".into(),
-        ));
-    };
-    let chosen = (0..chosen.len())
-        .map(|at| int(chosen, at).map(|n| n as usize - 1))
-        .collect::<Result<_>>()?;
-    Ok((flags, Some((chosen, dispatched))))
 }
 
 /// `lease.lua`: the next due instant (-1: none), the limits that held tasks back,
 /// then task rows.
-pub(super) fn leased(reply: &[Value]) -> Result<Leased> {
+pub(super) fn leased(reply: &mut [Value]) -> Result<Leased> {
     Ok(Leased {
         next_due_ms: optional_int(reply, 0)?,
         held_back: Limit::from_script(&string(reply, 1)?)?,
-        tasks: task_rows(reply.get(2..).unwrap_or_default())?,
+        tasks: task_rows(reply.get_mut(2..).unwrap_or_default())?,
     })
 }
 
 /// `dispatch.lua`: now (µs), next pending, next lease end, the limits that held tasks back,
 /// each stream's held count, then per task the stream's 1-based index and its row.
-pub(super) fn dispatched(reply: &[Value], streams: usize) -> Result<Dispatched> {
+pub(super) fn dispatched(reply: &mut [Value], streams: usize) -> Result<Dispatched> {
     let head = 4 + streams;
     if reply.len() < head || !(reply.len() - head).is_multiple_of(ROW + 1) {
         return Err(Error::Internal(format!(
@@ -270,12 +263,12 @@ pub(super) fn dispatched(reply: &[Value], streams: usize) -> Result<Dispatched> 
         )));
     }
     let mut tasks = Vec::with_capacity((reply.len() - head) / (ROW + 1));
-    for chunk in reply[head..].chunks(ROW + 1) {
+    for chunk in reply[head..].chunks_mut(ROW + 1) {
         let stream = int(chunk, 0)? as usize;
         if stream == 0 || stream > streams {
             return Err(Error::Internal(format!("dispatch named stream {stream}")));
         }
-        tasks.push((stream - 1, task_row(&chunk[1..])?));
+        tasks.push((stream - 1, task_row(&mut chunk[1..])?));
     }
     Ok(Dispatched {
         now_us: int(reply, 0)?,
@@ -354,7 +347,7 @@ mod tests {
         reply.extend([Value::Int(1), Value::Int(0)]);
         reply.push(Value::Int(1));
         reply.extend(row("a", "in_flight"));
-        let got = dispatched(&reply, 2).unwrap();
+        let got = dispatched(&mut reply.clone(), 2).unwrap();
         assert_eq!(got.now_us, 7);
         assert_eq!(got.next_pending_ms, None);
         assert_eq!(got.next_lease_end_ms, Some(99));
@@ -365,13 +358,26 @@ mod tests {
         assert_eq!(got.tasks[0].1.state, TaskState::InFlight);
         assert_eq!(got.tasks[0].1.lease_expires_at_ms, 99);
         reply[4 + 2] = Value::Int(3);
-        assert!(dispatched(&reply, 2).is_err(), "stream 3 of 2");
+        assert!(dispatched(&mut reply, 2).is_err(), "stream 3 of 2");
+    }
+
+    #[test]
+    fn a_row_s_payload_and_progress_are_moved_into_its_task_not_copied() {
+        let mut values = row("a", "ready");
+        let Value::BulkString(payload) = &values[1] else {
+            unreachable!()
+        };
+        let at = payload.as_ptr();
+        let task = task_rows(&mut values).unwrap().remove(0);
+        assert_eq!(task.payload.as_ptr(), at);
+        assert_eq!(values[1], Value::BulkString(Vec::new()));
+        assert_eq!(task.progress.as_ref(), b"step 3");
     }
 
     #[test]
     fn rows_of_the_wrong_length_or_state_are_internal() {
         let mut values = row("a", "ready");
-        let task = &task_rows(&values).unwrap()[0];
+        let task = &task_rows(&mut values.clone()).unwrap()[0];
         assert_eq!(
             (task.id.as_str(), task.group.as_str(), task.priority),
             ("a", "g", 3)
@@ -381,7 +387,7 @@ mod tests {
             ("disk full", &b"step 3"[..])
         );
         values.pop();
-        assert!(task_rows(&values).is_err());
-        assert!(task_rows(&row("a", "sleeping")).is_err());
+        assert!(task_rows(&mut values).is_err());
+        assert!(task_rows(&mut row("a", "sleeping")).is_err());
     }
 }

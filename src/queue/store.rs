@@ -93,8 +93,8 @@ impl QueueStore {
             .arg(streams.len());
         stream_args(&mut call, streams);
         task_args(&mut call, tasks);
-        let reply: Vec<redis::Value> = self.invoke_reclaiming(&call).await?;
-        let (enqueued, dispatched) = replies::enqueued_and_dispatched(&reply)?;
+        let mut reply: Vec<redis::Value> = self.invoke_reclaiming(&call).await?;
+        let (enqueued, dispatched) = replies::enqueued_and_dispatched(&mut reply)?;
         Ok((
             replies::enqueued(tasks, enqueued)?,
             dispatched
@@ -222,8 +222,8 @@ impl QueueStore {
             .arg(if spec.auto_ack { "1" } else { "0" })
             .arg(budget)
             .arg(new_token());
-        let reply: Vec<redis::Value> = self.invoke_reclaiming(&call).await?;
-        replies::leased(&reply)
+        let mut reply: Vec<redis::Value> = self.invoke_reclaiming(&call).await?;
+        replies::leased(&mut reply)
     }
 
     /// Leases READY tasks round-robin to Subscribe streams with free slots.
@@ -232,8 +232,8 @@ impl QueueStore {
         let mut call = call(&self.scripts.dispatch, &keys);
         call.arg(new_token()).arg(REPLY_BUDGET_BYTES);
         stream_args(&mut call, streams);
-        let reply: Vec<redis::Value> = self.invoke_reclaiming(&call).await?;
-        replies::dispatched(&reply, streams.len())
+        let mut reply: Vec<redis::Value> = self.invoke_reclaiming(&call).await?;
+        replies::dispatched(&mut reply, streams.len())
     }
 
     /// A re-subscribed worker takes over its live deliveries (same receipts), leased
@@ -244,8 +244,8 @@ impl QueueStore {
         call.arg(&stream.tag)
             .arg(&stream.session)
             .arg(stream.visibility.as_millis() as u64);
-        let reply: Vec<redis::Value> = self.invoke_reclaiming(&call).await?;
-        replies::task_rows(&reply)
+        let mut reply: Vec<redis::Value> = self.invoke_reclaiming(&call).await?;
+        replies::task_rows(&mut reply)
     }
 
     /// Ended streams' deliveries go back now (`grace` zero) or stay leased to their
@@ -362,8 +362,8 @@ impl QueueStore {
         for receipt in receipts {
             call.arg(receipt);
         }
-        let reply: Vec<redis::Value> = self.redis.invoke(&call).await?;
-        let (acked, dispatched) = replies::acked_and_dispatched(&reply)?;
+        let mut reply: Vec<redis::Value> = self.redis.invoke(&call).await?;
+        let (acked, dispatched) = replies::acked_and_dispatched(&mut reply)?;
         let dispatched = match dispatched {
             Some((chosen, reply)) => {
                 if chosen.iter().any(|&at| at >= streams.len()) {
@@ -524,7 +524,7 @@ impl QueueStore {
             Some((score, member)) => call.arg(score).arg(member),
             None => call.arg("").arg(""),
         };
-        let reply: Vec<redis::Value> = self.invoke_reclaiming(&call).await?;
+        let mut reply: Vec<redis::Value> = self.invoke_reclaiming(&call).await?;
         if reply.len() < 2 {
             return Err(Error::Internal(format!(
                 "list_tasks replied {} values",
@@ -533,7 +533,7 @@ impl QueueStore {
         }
         let next = crate::redis::reply::string(&reply, 0)?;
         let member = crate::redis::reply::string(&reply, 1)?;
-        let tasks = replies::task_rows(&reply[2..])?;
+        let tasks = replies::task_rows(&mut reply[2..])?;
         Ok((tasks, (!member.is_empty()).then_some((next, member))))
     }
 
@@ -542,8 +542,8 @@ impl QueueStore {
     pub async fn task(&self, queue: &str, id: &str) -> Result<Option<Task>> {
         // The script's ARGV[5] carries the id (as it carries a group for READY).
         let call = self.peek_call(queue, "task", 1, Some(id));
-        let reply: Vec<redis::Value> = self.invoke_reclaiming(&call).await?;
-        replies::task_with_story(&reply)
+        let mut reply: Vec<redis::Value> = self.invoke_reclaiming(&call).await?;
+        replies::task_with_story(&mut reply)
     }
 
     async fn peek_run(
@@ -554,8 +554,8 @@ impl QueueStore {
         group: Option<&str>,
     ) -> Result<Vec<Task>> {
         let call = self.peek_call(queue, state, limit, group);
-        let reply: Vec<redis::Value> = self.invoke_reclaiming(&call).await?;
-        replies::task_rows(&reply)
+        let mut reply: Vec<redis::Value> = self.invoke_reclaiming(&call).await?;
+        replies::task_rows(&mut reply)
     }
 
     fn peek_call(

@@ -105,7 +105,7 @@ fn decode_announcement(mut payload: &[u8]) -> Option<(String, Task)> {
         Value::BulkString(key) => String::from_utf8(key.clone()).ok()?,
         _ => return None,
     };
-    let task = replies::task_with_story(&values[1..]).ok()??;
+    let task = replies::task_with_story(&mut values[1..]).ok()??;
     Some((key, task))
 }
 
@@ -173,11 +173,11 @@ impl QueueStore {
             .arg(timeout.as_millis() as u64)
             .arg(self.redis.keys.channel(Event::TaskDone))
             .arg(if always { "1" } else { "0" });
-        let reply: Vec<Value> = self.invoke_reclaiming(&call).await?;
+        let mut reply: Vec<Value> = self.invoke_reclaiming(&call).await?;
         let done = crate::redis::reply::int(&reply, 0)? == 1;
         Ok(Waited {
             done,
-            task: replies::task_with_story(&reply[1..])?,
+            task: replies::task_with_story(&mut reply[1..])?,
         })
     }
 
