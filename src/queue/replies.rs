@@ -1,6 +1,7 @@
 //! The queue scripts' replies into model values, in one place. A task travels as a
-//! row of 3 values, written by `push_row()`/`push_fields()` in `lua/include/push_row.lua` and read
-//! by [`task_rows`] here; nothing else knows the row's layout.
+//! row of 3 values, written by `push_row()`/`push_fields()` in
+//! `lua/include/push_row.lua` and read by [`task_rows`] here; nothing else knows the
+//! row's layout.
 
 use bytes::Bytes;
 use redis::Value;

@@ -394,8 +394,6 @@ impl Keys {
     }
 }
 
-/// Percent-encodes the characters that could move or break a hash tag, and `%`
-/// itself. A name's `:` stays (it is inside the braces, where it cannot end one).
 /// `parts` joined, in one allocation of the exact size.
 fn concat(parts: &[&str]) -> String {
     let mut out = String::with_capacity(parts.iter().map(|part| part.len()).sum());
@@ -405,6 +403,8 @@ fn concat(parts: &[&str]) -> String {
     out
 }
 
+/// Percent-encodes the characters that could move or break a hash tag, and `%`
+/// itself. A name's `:` stays (it is inside the braces, where it cannot end one).
 fn encode(name: &str) -> String {
     escape(name, false)
 }
