@@ -67,7 +67,7 @@ impl TenantScoped for ScheduleStore {
 
     fn tenant(&self, tenant: &Tenant) -> Self {
         let mut scoped = self.clone();
-        scoped.redis = scoped.redis.tenant(tenant);
+        scoped.redis.keys = self.redis.keys.tenant(tenant);
         scoped.tenant = tenant.clone();
         scoped
     }
