@@ -121,6 +121,14 @@ func startServer(t testing.TB, redis *testRedis, extra ...string) *testServer {
 	s := &testServer{t: t, redis: redis, extra: extra, port: freePort(t)}
 	s.start()
 	t.Cleanup(s.kill)
+	// A failed test shows what its server logged.
+	t.Cleanup(func() {
+		if t.Failed() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			t.Logf("the server's log:\n%s", strings.Join(s.lines, "\n"))
+		}
+	})
 	return s
 }
 

@@ -3,8 +3,11 @@
 //! ends the task (on any replica) publishes its end with the task in the message
 //! (`lua/include/announce.lua`), and this replica's waiters for it are answered from
 //! that message, so a waiter gets the result even when the queue keeps nothing. No
-//! polling: between messages a waiter sleeps until its timeout. When the pub/sub
-//! connection was made again (messages may have been lost), every waiter looks again.
+//! polling: between messages a waiter sleeps until its timeout. A waiter registered
+//! before the pub/sub connection was (last) made may have missed its message: it looks
+//! again once subscribed, and finds the end in Redis (kept a while for it as `told`,
+//! when the queue keeps nothing). That happened: a Call sent as the server started
+//! had its task done before the first subscription and waited out its 30 s.
 //! A shutdown ends every wait with UNAVAILABLE (the caller waits again elsewhere).
 
 use std::{
@@ -14,10 +17,7 @@ use std::{
 };
 
 use redis::Value;
-use tokio::{
-    sync::{watch, Notify},
-    time::Instant,
-};
+use tokio::{sync::watch, time::Instant};
 
 use super::{replies, scripts::call, QueueStore, Task};
 use crate::{
@@ -39,11 +39,22 @@ pub struct Waited {
 type Ends = watch::Sender<Option<Task>>;
 
 /// The tasks this replica's calls wait for, by (pending key, id).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct TaskWaits {
     tasks: Mutex<HashMap<(String, String), Weak<Ends>>>,
-    /// Notified when the subscription was made again: every waiter looks again.
-    resubscribed: Notify,
+    /// How many times the subscription was made: a waiter that registered before the
+    /// latest looks again (a count, not a notification, so that one made while the
+    /// waiter was busy elsewhere is not missed).
+    subscriptions: watch::Sender<u64>,
+}
+
+impl Default for TaskWaits {
+    fn default() -> Self {
+        Self {
+            tasks: Mutex::default(),
+            subscriptions: watch::channel(0).0,
+        }
+    }
 }
 
 /// One caller's hold on the end of one task: the sender stays registered while a
@@ -51,6 +62,8 @@ pub struct TaskWaits {
 struct Heard {
     _sender: Arc<Ends>,
     receiver: watch::Receiver<Option<Task>>,
+    /// The subscriptions as they were when the caller registered.
+    subscriptions: watch::Receiver<u64>,
 }
 
 impl TaskWaits {
@@ -71,6 +84,7 @@ impl TaskWaits {
         Heard {
             receiver: sender.subscribe(),
             _sender: sender,
+            subscriptions: self.subscriptions.subscribe(),
         }
     }
 }
@@ -88,7 +102,7 @@ impl EventSink for TaskWaits {
     }
 
     fn on_subscribed(&self) {
-        self.resubscribed.notify_waiters();
+        self.subscriptions.send_modify(|count| *count += 1);
     }
 }
 
@@ -124,7 +138,7 @@ impl QueueStore {
         timeout: Duration,
         deadline: Option<Instant>,
     ) -> Result<Waited> {
-        let (heard, first) = self.wait_start(queue, id, timeout, false).await?;
+        let (heard, first) = self.wait_start(queue, id, timeout, Look::First).await?;
         self.wait_rest(queue, id, timeout, deadline, heard, first)
             .await
     }
@@ -137,7 +151,9 @@ impl QueueStore {
         id: &str,
         timeout: Duration,
     ) -> Result<WaitGuard> {
-        let (heard, first) = self.wait_start(queue, id, timeout, true).await?;
+        let (heard, first) = self
+            .wait_start(queue, id, timeout, Look::BeforeEnqueue)
+            .await?;
         Ok(WaitGuard {
             heard,
             first,
@@ -151,12 +167,12 @@ impl QueueStore {
         queue: &str,
         id: &str,
         timeout: Duration,
-        always: bool,
+        look: Look,
     ) -> Result<(Heard, Waited)> {
         // Heard before the script registers in Redis: an end published right after it
         // finds this caller listening.
         let heard = self.waits.hear(self.keys(queue).pending(), id);
-        let first = self.wait_script(queue, id, timeout, always).await?;
+        let first = self.wait_script(queue, id, timeout, look).await?;
         Ok((heard, first))
     }
 
@@ -165,20 +181,35 @@ impl QueueStore {
         queue: &str,
         id: &str,
         timeout: Duration,
-        always: bool,
+        look: Look,
     ) -> Result<Waited> {
         let keys = self.keys(queue);
         let mut call = call(&self.scripts.wait, &keys);
         call.arg(id)
             .arg(timeout.as_millis() as u64)
             .arg(self.redis.keys.channel(Event::TaskDone))
-            .arg(if always { "1" } else { "0" });
+            .arg(look.arg());
         let mut reply: Vec<Value> = self.invoke_reclaiming(&call).await?;
-        let done = crate::redis::reply::int(&reply, 0)? == 1;
-        Ok(Waited {
-            done,
-            task: replies::task_with_story(&mut reply[1..])?,
-        })
+        match crate::redis::reply::int(&reply, 0)? {
+            TOLD => {
+                let Some(Value::BulkString(message)) = reply.get(1) else {
+                    return Err(Error::Internal(
+                        "wait.lua: a told end without its message".into(),
+                    ));
+                };
+                let (_, task) = decode_announcement(message).ok_or_else(|| {
+                    Error::Internal("wait.lua: a told end that does not parse".into())
+                })?;
+                Ok(Waited {
+                    done: true,
+                    task: Some(task),
+                })
+            }
+            done => Ok(Waited {
+                done: done == 1,
+                task: replies::task_with_story(&mut reply[1..])?,
+            }),
+        }
     }
 
     async fn wait_rest(
@@ -204,9 +235,9 @@ impl QueueStore {
                         }
                     }
                 }
-                () = self.waits.resubscribed.notified() => {
+                Ok(()) = heard.subscriptions.changed() => {
                     let left = until.saturating_duration_since(Instant::now());
-                    let again = self.wait_script(queue, id, left, false).await?;
+                    let again = self.wait_script(queue, id, left, Look::Again).await?;
                     if again.done {
                         return Ok(again);
                     }
@@ -224,6 +255,31 @@ impl QueueStore {
         }
     }
 }
+
+/// Which look at a task `wait.lua` takes (its ARGV[4]).
+#[derive(Clone, Copy, Debug)]
+enum Look {
+    /// A `Wait`'s: registers unless the task is done.
+    First,
+    /// `Enqueue.wait`'s, before the enqueue: registers even when the task is done.
+    BeforeEnqueue,
+    /// A registered waiter's once its replica subscribed again: an end kept in `told`
+    /// counts when the task is gone.
+    Again,
+}
+
+impl Look {
+    fn arg(self) -> &'static str {
+        match self {
+            Look::First => "0",
+            Look::BeforeEnqueue => "1",
+            Look::Again => "2",
+        }
+    }
+}
+
+/// `wait.lua`'s first value when it answers an end kept in `told`.
+const TOLD: i64 = 2;
 
 /// A wait registered before its task was enqueued (`Enqueue.wait`).
 pub struct WaitGuard {

@@ -98,10 +98,11 @@ pub struct QueueKeys {
     /// Every key, in script order: pending, inflight, dead, tasks, payloads, reserved,
     /// seq, leased, counters, then flow control's config, ready, ranked, rotation,
     /// groups, wakeups, group_index, the dashboard's history, each task's last error,
-    /// progress, delivery history and result, the kept COMPLETED and CANCELLED tasks
-    /// and the ids someone waits for (`src/queue/lua/include/keys.lua` says what each
+    /// progress, delivery history and result, the kept COMPLETED and CANCELLED tasks,
+    /// the ids someone waits for, and the ends told to them, kept a while for a
+    /// waiter that did not hear them (`src/queue/lua/include/keys.lua` says what each
     /// holds).
-    pub all: [String; 24],
+    pub all: [String; 26],
 }
 
 impl SemaphoreKeys {
@@ -312,6 +313,8 @@ impl Keys {
                 "completed",
                 "cancelled",
                 "watched",
+                "told",
+                "told_until",
             ]
             .map(|part| format!("{base}:{part}")),
         }

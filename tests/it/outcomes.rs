@@ -399,6 +399,75 @@ async fn wait_answers_a_dead_task_a_kept_one_at_once_and_a_timeout_with_done_fal
     Ok(())
 }
 
+/// The end of a task the queue does not keep lives only in the message published to
+/// its waiters; a replica whose pub/sub connection was down then (or not yet made:
+/// a Call sent as the server started once waited out its 30 s this way) must still
+/// answer its waiter once it subscribes again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_hears_an_end_published_while_its_replica_was_not_subscribed() -> TestResult {
+    let redis = common::TestRedis::start().await;
+    let server = TestServer::start(&redis).await;
+    let mut queues = server.queues().await;
+    enqueue(&mut queues, vec![spec("blip", 0)]).await?;
+    let leased = lease(&mut queues, 60_000, 10_000).await?;
+    let mut waiter = queues.clone();
+    let waited = tokio::spawn(async move {
+        waiter
+            .wait(WaitRequest {
+                queue: "q".into(),
+                id: "blip".into(),
+                timeout: ms(20_000),
+            })
+            .await
+    });
+    let (watched, told) = ("turnstile:queue:{q}:watched", "turnstile:queue:{q}:told");
+    common::eventually("the wait registered", common::WAIT, || {
+        let conn = redis.conn();
+        async move {
+            let score: Option<f64> = redis::cmd("ZSCORE")
+                .arg(watched)
+                .arg("blip")
+                .query_async(&mut conn.await)
+                .await
+                .unwrap_or(None);
+            score.is_some()
+        }
+    })
+    .await;
+    // The replica's subscription is cut, and refused until the test allows it again.
+    let mut conn = redis.conn().await;
+    let acl = |rule: &str| {
+        redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("default")
+            .arg(rule)
+            .clone()
+    };
+    let () = acl("-psubscribe").query_async(&mut conn).await?;
+    let killed: u64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(&mut conn)
+        .await?;
+    assert_eq!(killed, 1, "the replica's pub/sub connection");
+    assert!(ack_with(&mut queues, &leased[0].receipt, b"heard late").await?);
+    // Nobody heard it; the end is kept a while for a waiter that looks again.
+    let kept: u64 = redis::cmd("PTTL").arg(told).query_async(&mut conn).await?;
+    assert!((1..=30_000).contains(&kept), "told expires: {kept}");
+    let () = acl("+psubscribe").query_async(&mut conn).await?;
+    let waited = waited.await??.into_inner();
+    assert!(waited.done);
+    let task = waited.task.unwrap();
+    assert_eq!(task.state(), TaskState::Completed);
+    assert_eq!(task.result, b"heard late");
+    assert_eq!(
+        get_task(&mut queues, "blip").await.unwrap_err().code(),
+        Code::NotFound
+    );
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outcome_fields_refuse_bad_values_naming_the_field() -> TestResult {
     let redis = common::TestRedis::start().await;

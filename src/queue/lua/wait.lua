@@ -6,12 +6,15 @@
 -- KEYS: the queue's keys (include/keys.lua)
 -- ARGV[1] the id, ARGV[2] how long the caller waits (ms), ARGV[3] the task-done
 -- channel; ARGV[4] '1' to register even when the task is done (Enqueue.wait registers
--- before it enqueues; a done task is answered anyway).
+-- before it enqueues; a done task is answered anyway), '2' for a registered waiter's
+-- look once its replica subscribed again: an end it may not have heard, kept in
+-- `told` (include/announce.lua), answers it when the task is gone.
 -- Clock: Redis TIME.
 -- A run that returned a full run's worth of expired leases answers AGAIN and does
 -- nothing else (include/reclaim.lua); the store runs it again.
 -- Returns {done 0/1} when the queue does not hold the task, else {done 0/1, then the
--- task's row (include/push_row.lua), its history and its result}.
+-- task's row (include/push_row.lua), its history and its result}; {2, the end's
+-- message as include/announce.lua published it} for a told end (ARGV[4] '2').
 --- @no-replica-wait
 --- @include "keys"
 --- @include "now_ms"
@@ -46,6 +49,10 @@ if (not done or ARGV[4] == '1') and wait_ms > 0 then
   end
 end
 if not meta then
+  local message = ARGV[4] == '2' and redis.call('HGET', told, id)
+  if message then
+    return {2, message}
+  end
   return {0}
 end
 local out = {done and 1 or 0}

@@ -8,9 +8,18 @@
 -- row as include/push_row.lua lays it out, then its history and result; each value
 -- as a 4-byte little-endian length and its bytes. It carries the result and the
 -- payload, so a waiter is answered even when the queue keeps nothing.
+-- A waiter's replica that was not subscribed when it was published (starting, or its
+-- pub/sub connection cut) looks again once subscribed (wait.lua, ARGV[4] '2'), so
+-- the message is also kept in `told` for TOLD_KEEP_MS: longer than the subscriber's
+-- retries (a subscribe times out after 2 s, attempts are at most 1 s apart). Each end
+-- kept drops a few whose time passed, and the two keys expire with the last one, so
+-- a queue that goes quiet keeps none.
 --- @include "keys"
 --- @include "group_state"
 --- @include "push_row"
+
+local TOLD_KEEP_MS = 30000
+local TOLD_DROPS_PER_END = 16
 
 -- Whether anyone may wait for a task of this queue at `now`.
 local function awaited(now)
@@ -48,4 +57,14 @@ local function announce(now, id, meta, state_name, history, result)
   values[#values + 1] = result or redis.call('HGET', results, id) or ''
   local message = pack_values(values)
   redis.call('PUBLISH', flow.cfg.watch_channel, message)
+  local passed = redis.call('ZRANGEBYSCORE', told_until, '-inf', string.format('(%d', now),
+    'LIMIT', 0, TOLD_DROPS_PER_END)
+  if #passed > 0 then
+    redis.call('ZREM', told_until, unpack(passed))
+    redis.call('HDEL', told, unpack(passed))
+  end
+  redis.call('HSET', told, id, message)
+  redis.call('ZADD', told_until, now + TOLD_KEEP_MS, id)
+  redis.call('PEXPIRE', told, TOLD_KEEP_MS)
+  redis.call('PEXPIRE', told_until, TOLD_KEEP_MS)
 end

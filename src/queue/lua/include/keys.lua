@@ -43,11 +43,15 @@
 --   cancelled    zset    kept CANCELLED tasks: the same, score = when cancelled
 --   watched      zset    id -> until when a Wait (or Enqueue.wait) waits for it (Unix
 --                        ms): a task's end is published only when someone waits
+--   told         hash    id -> the end published for its waiters (include/announce.lua),
+--                        kept a while for a waiter whose replica did not hear it
+--   told_until   zset    id -> until when `told` keeps its end (Unix ms)
 -- How many there are: a script given keys beyond them (fire.lua) counts from here.
-local QUEUE_KEY_COUNT = 24
+local QUEUE_KEY_COUNT = 26
 local pending, inflight, dead, tasks, payloads, reserved, enqueue_seq, leased, counters =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local config, ready, ranked, rotation, groups, wakeups, group_index, history =
   KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16], KEYS[17]
 local errors, progress, attempts, results = KEYS[18], KEYS[19], KEYS[20], KEYS[21]
-local completed, cancelled, watched = KEYS[22], KEYS[23], KEYS[24]
+local completed, cancelled, watched, told, told_until =
+  KEYS[22], KEYS[23], KEYS[24], KEYS[25], KEYS[26]
