@@ -74,14 +74,18 @@ pub async fn run_holding(
     command
         .env(variable, lease.name())
         .env("TURNSTILE_FENCING_TOKEN", lease.fencing_token().to_string());
-    let mut child = match run::spawn(&mut command, &command_line[0]) {
-        Ok(child) => child,
+    // Installed before CMD starts: a SIGINT or SIGTERM sent once CMD runs is passed on
+    // to it. Installed after, one sent in between killed this process and left CMD
+    // running unheld (seen under load in the signals test).
+    let started = StopSignals::install()
+        .and_then(|stops| Ok((stops, run::spawn(&mut command, &command_line[0])?)));
+    let (mut stops, mut child) = match started {
+        Ok(started) => started,
         Err(failure) => {
             release(&lease, what).await;
             return Err(failure);
         }
     };
-    let mut stops = StopSignals::install()?;
     let lost = lease.lost();
     let mut told = false;
     let status = loop {

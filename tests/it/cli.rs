@@ -1162,7 +1162,9 @@ async fn every_long_running_command_ends_as_its_contract_says_on_sigint_and_sigt
                 _ => wait_file(&started).await,
             }
             signal(&child, sig);
-            let status = tokio::time::timeout(WAIT, child.wait()).await??;
+            let status = tokio::time::timeout(WAIT, child.wait())
+                .await
+                .unwrap_or_else(|_| panic!("{args:?} still runs {WAIT:?} after signal {sig}"))?;
             assert_eq!(status.code(), Some(wanted), "{args:?} after signal {sig}");
             if args[0] == "work" {
                 server
