@@ -61,7 +61,7 @@ final class Rpc {
         return call.apply(new Rpc(channel, Duration.ofNanos(Math.max(1, left))));
       } catch (StatusRuntimeException err) {
         Duration pause = Backoff.RETRY.delay(attempt);
-        if (err.getStatus().getCode() != Status.Code.UNAVAILABLE
+        if (code(err.getStatus()) != Status.Code.UNAVAILABLE
             || System.nanoTime() + pause.toNanos() > end) {
           throw TurnstileException.of(err);
         }
@@ -77,6 +77,21 @@ final class Rpc {
       Thread.currentThread().interrupt();
       throw new IllegalStateException("interrupted", err);
     }
+  }
+
+  /**
+   * The code a failure counts as. grpc-java answers a call whose connection closed under
+   * it (a replica killed, a reset) with UNKNOWN "channel closed" and a {@link
+   * java.nio.channels.ClosedChannelException} as its cause, where other gRPC libraries say
+   * UNAVAILABLE: it is UNAVAILABLE here, and retried as one (the ids the library fills
+   * make the retry safe). Seen: a producer's enqueue failing through a server restart.
+   */
+  static Status.Code code(Status status) {
+    if (status.getCode() == Status.Code.UNKNOWN
+        && status.getCause() instanceof java.nio.channels.ClosedChannelException) {
+      return Status.Code.UNAVAILABLE;
+    }
+    return status.getCode();
   }
 
   /** Codes a long-lived stream will not get past by opening again. */

@@ -34,7 +34,7 @@ public class TurnstileException extends RuntimeException {
   static TurnstileException of(StatusRuntimeException err) {
     Status status = err.getStatus();
     String message = status.getDescription() == null ? "" : status.getDescription();
-    return of(status.getCode(), message);
+    return of(Rpc.code(status), message);
   }
 
   static TurnstileException of(Status.Code code, String message) {
