@@ -321,7 +321,9 @@ class ScenariosTest {
       });
       throw new Retry(Duration.ZERO);
     };
-    Worker worker = running(client.worker("resumable", handle, quiet().visibility(Duration.ofMillis(600))));
+    // 1.5 s: the extension at two thirds has half a second to land. With 600 ms (200 ms
+    // to land) a JVM beside a loaded build missed it once and the task came back.
+    Worker worker = running(client.worker("resumable", handle, quiet().visibility(Duration.ofMillis(1500))));
     eventually("the retry done", Duration.ofSeconds(30), () -> seen.size() == 2 && queue.stats().inFlight() == 0);
     worker.close();
     assertEquals(List.of("", "step 3 of 5"), seen);
@@ -335,8 +337,10 @@ class ScenariosTest {
     queue.enqueue(NewTask.of("slow").id("slow"));
     Worker worker = running(client.worker("long", task -> {
       deliveries.incrementAndGet();
-      Thread.sleep(3000); // three times the visibility
-    }, quiet().visibility(Duration.ofSeconds(1))));
+      Thread.sleep(6000); // three times the visibility
+      // 2 s, not 1 s as in the other libraries: each extension has 667 ms to land. With
+      // 333 ms a JVM beside a loaded build missed one and the task came back.
+    }, quiet().visibility(Duration.ofSeconds(2))));
     eventually("the task is acked", Duration.ofSeconds(30), () -> {
       QueueStats stats = queue.stats();
       return deliveries.get() == 1 && stats.inFlight() == 0 && stats.ready() == 0;
