@@ -284,6 +284,25 @@ async fn a_kept_task_keeps_its_result_and_history_and_goes_by_count_and_by_age(
     Ok(())
 }
 
+/// Waits until a `Wait` for `id` is registered in Redis (the watched zset): the stream
+/// of its wait is open by then, so an end after it is published to the waiter.
+async fn wait_registered(redis: &TestStore, id: &str) {
+    let watched = redis.key("queue:{q}:watched");
+    common::eventually("the wait registered", common::WAIT, || {
+        let (conn, watched) = (redis.conn(), watched.clone());
+        async move {
+            let score: Option<f64> = redis::cmd("ZSCORE")
+                .arg(&watched)
+                .arg(id)
+                .query_async(&mut conn.await)
+                .await
+                .unwrap_or(None);
+            score.is_some()
+        }
+    })
+    .await;
+}
+
 on_each_store!(enqueue_wait_is_a_remote_call_that_outlives_a_crashed_worker_across_replicas);
 async fn enqueue_wait_is_a_remote_call_that_outlives_a_crashed_worker_across_replicas(
     redis: TestStore,
@@ -365,22 +384,8 @@ async fn wait_answers_a_dead_task_a_kept_one_at_once_and_a_timeout_with_done_fal
     let dead = tokio::spawn(async move { waiter.wait(wait("doomed", 60_000)).await });
     let leased = lease(&mut there, 60_000, 10_000).await?;
     let doomed = leased.iter().find(|t| t.id == "doomed").unwrap();
-    // The waiter must be registered before the task ends: the stream of its wait is
-    // open once its registration is in Redis (the watched zset).
-    let watched = redis.key("queue:{q}:watched");
-    common::eventually("the wait registered", common::WAIT, || {
-        let (conn, watched) = (redis.conn(), watched.clone());
-        async move {
-            let score: Option<f64> = redis::cmd("ZSCORE")
-                .arg(&watched)
-                .arg("doomed")
-                .query_async(&mut conn.await)
-                .await
-                .unwrap_or(None);
-            score.is_some()
-        }
-    })
-    .await;
+    // The waiter must be registered before the task ends.
+    wait_registered(&redis, "doomed").await;
     there.nack(nack(&doomed.receipt, "no", true)).await?;
     let dead = dead.await??.into_inner();
     assert!(dead.done);
@@ -405,7 +410,7 @@ async fn wait_answers_a_dead_task_a_kept_one_at_once_and_a_timeout_with_done_fal
 /// answer its waiter once it subscribes again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wait_hears_an_end_published_while_its_replica_was_not_subscribed() -> TestResult {
-    let redis = common::TestRedis::start().await;
+    let redis = TestStore::one_redis().await;
     let server = TestServer::start(&redis).await;
     let mut queues = server.queues().await;
     enqueue(&mut queues, vec![spec("blip", 0)]).await?;
@@ -420,20 +425,8 @@ async fn a_wait_hears_an_end_published_while_its_replica_was_not_subscribed() ->
             })
             .await
     });
-    let (watched, told) = ("turnstile:queue:{q}:watched", "turnstile:queue:{q}:told");
-    common::eventually("the wait registered", common::WAIT, || {
-        let conn = redis.conn();
-        async move {
-            let score: Option<f64> = redis::cmd("ZSCORE")
-                .arg(watched)
-                .arg("blip")
-                .query_async(&mut conn.await)
-                .await
-                .unwrap_or(None);
-            score.is_some()
-        }
-    })
-    .await;
+    wait_registered(&redis, "blip").await;
+    let told = redis.key("queue:{q}:told");
     // The replica's subscription is cut, and refused until the test allows it again.
     let mut conn = redis.conn().await;
     let acl = |rule: &str| {
@@ -453,7 +446,7 @@ async fn a_wait_hears_an_end_published_while_its_replica_was_not_subscribed() ->
     assert_eq!(killed, 1, "the replica's pub/sub connection");
     assert!(ack_with(&mut queues, &leased[0].receipt, b"heard late").await?);
     // Nobody heard it; the end is kept a while for a waiter that looks again.
-    let kept: u64 = redis::cmd("PTTL").arg(told).query_async(&mut conn).await?;
+    let kept: u64 = redis::cmd("PTTL").arg(&told).query_async(&mut conn).await?;
     assert!((1..=30_000).contains(&kept), "told expires: {kept}");
     let () = acl("+psubscribe").query_async(&mut conn).await?;
     let waited = waited.await??.into_inner();
